@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs the Debian packages quill builds and tests with, if any is missing (needs root or sudo).
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libcmocka-dev
+      libmicrohttpd-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  echo "deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up and runs every test: installs packages, builds (the CUDA sources too when nvcc is found),
+# runs all of CTest, then builds and runs the unit tests again under ASan + UBSan.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh
+bash scripts/build.sh build
+(cd build && ctest --output-on-failure -j "$(nproc)")
+bash scripts/build.sh build-asan -DQUILL_SANITIZE=ON -DQUILL_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest --output-on-failure -j "$(nproc)" -L unit)

@@ -1,0 +1,143 @@
+/* backend.h: the op interface the model is written over. Two implementations: cpu/ (the reference,
+ * what CI runs) and cuda/ (for speed). The model never touches memory directly: it allocates, uploads
+ * and downloads through these entries and calls the ops with backend pointers.
+ *
+ * Conventions
+ * - Activations are f32 on every backend for now; `float *` arguments point into backend memory.
+ * - A weight matrix (qweight) is logically [n_out][n_in] (PyTorch Linear layout); matmul computes
+ *   y[r][o] = sum_i x[r][i] * W[o][i].
+ * - Small per-channel vectors (norm weights, conv kernels, A_log, dt_bias) are f32 in backend memory.
+ * - Per-stream ops (attention, conv1d, gated delta rule) take a list of sequences (qseq): runs of
+ *   consecutive batch rows belonging to one stream, with that stream's state pointers, one per run.
+ *   Host arrays of backend pointers are passed; a backend copies them where its kernels need them.
+ * - EXACT(batch): every op computes each row (and each run) with arithmetic, including reduction
+ *   order, that does not depend on how many other rows or runs share the call.
+ *   tests/unit/backend/test_cpu_ops.c checks it on the CPU; tests/cuda/ on the GPU.
+ */
+#ifndef QUILL_BACKEND_H
+#define QUILL_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../util/status.h"
+
+/* Storage format of a weight matrix or of its scales/biases. */
+typedef enum qwfmt { QW_F32, QW_F16, QW_BF16, QW_AFFINE } qwfmt;
+
+/* A weight matrix in backend memory, logically [n_out][n_in].
+ * F32/F16/BF16: w is [n_out][n_in] of that type.
+ * AFFINE (MLX): w is [n_out][n_in*bits/32] uint32 words holding a little-endian bit stream of
+ *   `bits`-wide codes along each row; scales and biases are [n_out][n_in/group] in sb_fmt
+ *   (F32/F16/BF16); value = scale * code + bias. */
+typedef struct qweight {
+    qwfmt fmt;
+    int64_t n_out, n_in;
+    void *w;
+    void *scales, *biases; /* AFFINE only */
+    qwfmt sb_fmt;          /* AFFINE only */
+    int bits, group;       /* AFFINE only */
+} qweight;
+
+/* A run of batch rows of one stream: rows [row0, row0 + n_rows), at positions pos0, pos0 + 1, ... */
+typedef struct qseq {
+    int row0, n_rows;
+    int pos0;
+    int chunked; /* gated delta rule: 1 = chunked rule (prefill), 0 = recurrent rule, row by row */
+} qseq;
+
+/* Shape of a Gated DeltaNet layer (HF names in comments). */
+typedef struct qgdn_dims {
+    int n_k_heads;  /* linear_num_key_heads, Hk */
+    int n_v_heads;  /* linear_num_value_heads, Hv; a multiple of Hk; v head h uses k head h / (Hv/Hk) */
+    int k_dim;      /* linear_key_head_dim, dk */
+    int v_dim;      /* linear_value_head_dim, dv */
+} qgdn_dims;
+
+typedef struct qbackend qbackend;
+
+typedef struct qbackend_ops {
+    const char *name;
+    void (*destroy)(qbackend *be);
+
+    /* memory: alloc returns zeroed memory; free takes NULL */
+    qstatus (*alloc)(qbackend *be, size_t bytes, void **out);
+    void (*free)(qbackend *be, void *p);
+    qstatus (*upload)(qbackend *be, void *dst, const void *host_src, size_t bytes);
+    qstatus (*download)(qbackend *be, void *host_dst, const void *src, size_t bytes);
+    qstatus (*copy)(qbackend *be, void *dst, const void *src, size_t bytes);
+    qstatus (*zero)(qbackend *be, void *dst, size_t bytes);
+    qstatus (*sync)(qbackend *be);
+
+    /* y[r][:] = row ids[r] of table (dequantized). ids: backend int32 [n]. */
+    qstatus (*embed)(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y);
+
+    /* Plain RMSNorm of n_vec vectors of `dim`: y = x * rsqrt(mean(x^2) + eps) * w.
+     * Vector v starts at x + v*x_stride and y + v*y_stride. Zero-centred norms have (1+w) folded
+     * into w at load. In place (x == y, same stride) is allowed. */
+    qstatus (*rmsnorm)(qbackend *be, const float *x, int64_t x_stride, const float *w, int64_t n_vec,
+                       int dim, float eps, float *y, int64_t y_stride);
+
+    /* y[n][W->n_out] = x[n][W->n_in] . W^T */
+    qstatus (*matmul)(qbackend *be, const float *x, int n, const qweight *W, float *y);
+
+    /* NeoX (rotate-half) RoPE in place on the first rot_dim dims of each head: pairs (j, j + rot/2)
+     * rotate by pos[r] * theta^(-2j/rot). x: [n][n_heads][head_dim]; pos: backend int32 [n]. */
+    qstatus (*rope)(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,
+                    const int32_t *pos, float theta);
+
+    /* Causal GQA attention. For each seq s: writes k, v rows [row0, row0+n_rows) into the caches of
+     * that stream at positions pos0.., then each row at position p attends to positions 0..p.
+     * q, out: [n][n_q][dim]; k, v: [n][n_kv][dim]; k_cache[s], v_cache[s]: [ctx][n_kv][dim].
+     * q head h reads kv head h / (n_q / n_kv). */
+    qstatus (*attention)(qbackend *be, const float *q, const float *k, const float *v,
+                         const qseq *seqs, int n_seqs, float *const *k_cache, float *const *v_cache,
+                         int n_q, int n_kv, int dim, float scale, float *out);
+
+    /* out[v][d] *= sigmoid(gate[v*gate_stride + d]) for n_vec vectors of dim. */
+    qstatus (*mul_sigmoid)(qbackend *be, float *out, const float *gate, int64_t gate_stride,
+                           int64_t n_vec, int dim);
+
+    /* Depthwise causal conv1d + SiLU per seq: y[t][c] = silu(sum_j w[c][j] * x'[t-K+1+j][c]) where
+     * x' is the seq's rows preceded by its state (the last K-1 input rows seen, oldest first);
+     * the state is updated to the last K-1 inputs. x, y: [n][channels]; w: [channels][K];
+     * state[s]: [K-1][channels]. */
+    qstatus (*conv1d_silu)(qbackend *be, const float *x, const qseq *seqs, int n_seqs,
+                           float *const *state, const float *w, int channels, int kernel, float *y);
+
+    /* GDN gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias). a, b, g, beta: [n][heads]. */
+    qstatus (*gdn_gates)(qbackend *be, const float *a, const float *b, int64_t n, int heads,
+                         const float *A_log, const float *dt_bias, float *g, float *beta);
+
+    /* The gated delta rule per seq, fp32 state S[s]: [Hv][dk][dv] (S[h][i][j]).
+     * qkv: [n][2*Hk*dk + Hv*dv] after conv+SiLU (q heads, then k heads, then v heads). The op
+     * L2-normalises q and k per head (x * rsqrt(sum x^2 + 1e-6)) and scales q by dk^-0.5.
+     * out: [n][Hv][dv]. seq.chunked picks the chunked rule (chunks of 64 aligned to absolute
+     * positions, EXACT(chunk)) or the recurrent rule, token by token. */
+    qstatus (*gated_delta)(qbackend *be, const float *qkv, const float *g, const float *beta,
+                           const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
+
+    /* Gated RMSNorm per vector of dim: y = rmsnorm(x) * w * silu(z). x, z, y: [n_vec][dim]; w: [dim]. */
+    qstatus (*gated_rmsnorm)(qbackend *be, const float *x, const float *z, const float *w,
+                             int64_t n_vec, int dim, float eps, float *y);
+
+    /* y = silu(gate) * up, elementwise over n. */
+    qstatus (*swiglu)(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
+
+    /* x += y, elementwise over n. */
+    qstatus (*add)(qbackend *be, float *x, const float *y, int64_t n);
+} qbackend_ops;
+
+struct qbackend {
+    const qbackend_ops *ops;
+    void *impl; /* the backend's own state */
+};
+
+/* The CPU backend: threads over all cores (QUILL_THREADS). Owned; free with be->ops->destroy. */
+qstatus cpu_backend_create(int n_threads, qbackend **out);
+
+/* Bytes of one element / of one row of a weight format. */
+size_t qwfmt_elem_bytes(qwfmt f);
+int64_t qweight_bytes(const qweight *W);
+
+#endif

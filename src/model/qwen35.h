@@ -1,0 +1,111 @@
+/* qwen35.h: the Qwen3.5 text model: weights, per-stream state, and one forward for everything.
+ * Math: ../shared/reference/qwen35-architecture.md (section numbers in qwen35.c).
+ *
+ * model_forward takes a batch of rows (stream, position, token, flags). The rows of one stream are
+ * consecutive, at consecutive positions, and the first continues that stream's state (pos ==
+ * state->n_past). A prefill chunk, a decode round over many streams and a draft-verify block are all
+ * batches. Logits come back for rows flagged QROW_LOGITS, in row order. */
+#ifndef QUILL_QWEN35_H
+#define QUILL_QWEN35_H
+
+#include <stdint.h>
+
+#include "../backend/backend.h"
+#include "../format/config.h"
+
+typedef struct qwen35_attn_weights {
+    qweight q_proj;  /* [n_heads*2*head_dim][hidden]: per head [query | gate] */
+    qweight k_proj;  /* [n_kv*head_dim][hidden] */
+    qweight v_proj;  /* [n_kv*head_dim][hidden] */
+    qweight o_proj;  /* [hidden][n_heads*head_dim] */
+    float *q_norm;   /* [head_dim], (1+w) folded */
+    float *k_norm;   /* [head_dim], (1+w) folded */
+} qwen35_attn_weights;
+
+typedef struct qwen35_gdn_weights {
+    qweight in_proj_qkv; /* [2*Hk*dk + Hv*dv][hidden] */
+    qweight in_proj_z;   /* [Hv*dv][hidden] */
+    qweight in_proj_b;   /* [Hv][hidden] */
+    qweight in_proj_a;   /* [Hv][hidden] */
+    qweight out_proj;    /* [hidden][Hv*dv] */
+    float *conv_w;       /* [conv_dim][kernel] */
+    float *dt_bias;      /* [Hv] */
+    float *A_log;        /* [Hv] */
+    float *norm_w;       /* [dv], applied as is (not zero-centred) */
+} qwen35_gdn_weights;
+
+typedef struct qwen35_layer {
+    int is_attn;
+    float *input_norm;   /* [hidden], (1+w) folded */
+    float *post_norm;    /* [hidden], (1+w) folded */
+    qwen35_attn_weights attn; /* is_attn */
+    qwen35_gdn_weights gdn;   /* !is_attn */
+    qweight gate_proj, up_proj; /* [intermediate][hidden] */
+    qweight down_proj;          /* [hidden][intermediate] */
+} qwen35_layer;
+
+typedef struct qwen35_weights {
+    qweight embed;       /* [vocab][hidden] */
+    qweight lm_head;     /* [vocab][hidden]; same memory as embed when tied */
+    int lm_head_tied;
+    float *final_norm;   /* [hidden], (1+w) folded */
+    qwen35_layer *layers; /* [n_layers] */
+    int64_t n_bytes;     /* backend bytes held by the weights */
+} qwen35_weights;
+
+/* Loads the weights of the checkpoint in `dir` into backend memory (model/weights.c). Names: HF
+ * (model.language_model.*, lm_head.*), flat (model.*), MLX (language_model.model.*,
+ * language_model.lm_head.*); model.visual.*, vision_tower.*, mtp.* are skipped. Norm storage (w or
+ * 1+w) is detected from the mean of the layer norms. A missing tensor, a wrong shape or dtype gets an
+ * error naming the file and tensor. On failure nothing is left allocated. */
+qstatus qwen35_weights_load(qbackend *be, const char *dir, const qwen35_config *cfg, qwen35_weights *w);
+void qwen35_weights_free(qbackend *be, const qwen35_config *cfg, qwen35_weights *w);
+
+typedef struct qwen35_model {
+    qwen35_config cfg;
+    qwen35_weights w;
+    qbackend *be;        /* borrowed */
+    struct qwen35_scratch *scratch; /* activation buffers, grown to the largest batch */
+} qwen35_model;
+
+/* Opens dir (config.json + safetensors) on backend be. Owned; free with qwen35_close. */
+qstatus qwen35_open(const char *dir, qbackend *be, qwen35_model **out);
+void qwen35_close(qwen35_model *m);
+
+/* A stream's state: K/V for each attention layer, conv + recurrent state for each GDN layer. */
+typedef struct qwen35_state {
+    int n_ctx;          /* K/V capacity in positions */
+    int n_past;         /* positions already consumed */
+    float **k_cache, **v_cache; /* [n_attn_layers] -> [n_ctx][n_kv][head_dim] */
+    float **conv;       /* [n_gdn_layers] -> [kernel-1][conv_dim] */
+    float **S;          /* [n_gdn_layers] -> [Hv][dk][dv] */
+    int64_t n_bytes;
+} qwen35_state;
+
+qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out);
+/* Zeroes the state (a new sequence starts). */
+qstatus qwen35_state_reset(qwen35_model *m, qwen35_state *st);
+void qwen35_state_destroy(qwen35_model *m, qwen35_state *st);
+
+#define QROW_LOGITS 1u  /* return logits for this row */
+#define QROW_PREFILL 2u /* part of a prompt: the GDN chunked rule may run over it */
+
+typedef struct qrow {
+    int32_t stream; /* index into the states array */
+    int32_t pos;
+    int32_t token;
+    uint32_t flags;
+} qrow;
+
+/* Runs the rows through the model. states[rows[i].stream] is that row's stream. logits: host
+ * [n_logit_rows][vocab] (may be NULL if no row asks). On error, no state has advanced past its
+ * last completed forward only if the error came from validation; a backend failure leaves the
+ * streams of this batch undefined (the caller resets them). */
+qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
+                       float *logits);
+
+/* Byte counts for inspect and the memory fit. */
+int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
+int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);
+
+#endif
