@@ -12,7 +12,7 @@
  *   Host arrays of backend pointers are passed; a backend copies them where its kernels need them.
  * - EXACT(batch): every op computes each row (and each run) with arithmetic, including reduction
  *   order, that does not depend on how many other rows or runs share the call.
- *   tests/unit/backend/test_cpu_ops.c checks it on the CPU; tests/cuda/ on the GPU.
+ *   tests/unit/backend/test_cpu_ops.c and test_cpu_gdn.c check it on the CPU; tests/cuda/ on the GPU.
  */
 #ifndef QUILL_BACKEND_H
 #define QUILL_BACKEND_H
@@ -21,6 +21,10 @@
 #include <stdint.h>
 
 #include "../util/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* Storage format of a weight matrix or of its scales/biases. */
 typedef enum qwfmt { QW_F32, QW_F16, QW_BF16, QW_AFFINE } qwfmt;
@@ -136,8 +140,13 @@ struct qbackend {
 /* The CPU backend: threads over all cores (QUILL_THREADS). Owned; free with be->ops->destroy. */
 qstatus cpu_backend_create(int n_threads, qbackend **out);
 
-/* Bytes of one element / of one row of a weight format. */
+/* qwfmt_elem_bytes: bytes of one element (0 for QW_AFFINE, whose codes are sub-byte).
+ * qweight_bytes: bytes the whole matrix holds: w, plus scales and biases for QW_AFFINE. */
 size_t qwfmt_elem_bytes(qwfmt f);
 int64_t qweight_bytes(const qweight *W);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -20,6 +20,13 @@ typedef struct qquant_config {
     int n_overrides;
 } qquant_config;
 
+struct json_t; /* jansson's json_t */
+/* Parses a "quantization" object (src names the file and key in messages) into q, which must be
+ * zeroed or freed. Defaults: group_size 64, bits 4 (mlx.core.quantize). "mode" other than "affine"
+ * is Q_EUNSUPPORTED. Every object- or false-valued key is a per-module override. On failure q is
+ * left empty. */
+qstatus qquant_parse(const struct json_t *obj, const char *src, qquant_config *q);
+
 /* Bits and group size for the module at `path` (no ".weight" suffix). Returns 0 if the module is
  * not quantized per the config, 1 if it is. */
 int qquant_lookup(const qquant_config *q, const char *path, int *bits, int *group);

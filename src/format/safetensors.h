@@ -47,8 +47,17 @@ size_t st_dtype_size(st_dtype dt);
 const char *st_dtype_name(st_dtype dt);
 int64_t st_numel(const st_tensor *t);
 
+/* Converts an F32/F16/BF16 tensor of exactly n elements to host f32 (copied out byte-wise, so a
+ * misaligned tensor is fine). Fails with Q_EFORMAT naming file and tensor for another dtype or count. */
+qstatus st_read_f32(const st_tensor *t, float *out, int64_t n);
+/* Scalar conversions (IEEE binary16 with subnormals; bfloat16 with round-to-nearest-even). */
+float st_f16_to_f32(uint16_t h);
+float st_bf16_to_f32(uint16_t b);
+uint16_t st_f32_to_bf16(float f);
+
 /* Writing: a whole file at once. Header keys sorted by name, offsets packed in that order with no
- * padding, like the Python writer. */
+ * padding between tensors; the JSON header is padded with spaces to a multiple of 8 bytes, like the
+ * Python writer, so the byte buffer starts 8-aligned. */
 typedef struct st_write_entry {
     const char *name;
     st_dtype dtype;

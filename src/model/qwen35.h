@@ -76,9 +76,10 @@ void qwen35_close(qwen35_model *m);
 typedef struct qwen35_state {
     int n_ctx;          /* K/V capacity in positions */
     int n_past;         /* positions already consumed */
-    float **k_cache, **v_cache; /* [n_attn_layers] -> [n_ctx][n_kv][head_dim] */
-    float **conv;       /* [n_gdn_layers] -> [kernel-1][conv_dim] */
-    float **S;          /* [n_gdn_layers] -> [Hv][dk][dv] */
+    /* indexed by layer number; entries of the other layer kind are NULL */
+    float **k_cache, **v_cache; /* attention layers: [n_ctx][n_kv][head_dim] */
+    float **conv;       /* GDN layers: [kernel-1][conv_dim] */
+    float **S;          /* GDN layers: [Hv][dk][dv] fp32 */
     int64_t n_bytes;
 } qwen35_state;
 

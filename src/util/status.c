@@ -17,13 +17,22 @@ qstatus q_fail(qstatus st, const char *fmt, ...) {
 }
 
 qstatus q_wrap(qstatus st, const char *fmt, ...) {
-    char prefix[Q_ERRMSG_BYTES], old[Q_ERRMSG_BYTES];
+    char old[Q_ERRMSG_BYTES];
+    memcpy(old, errmsg, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int k = vsnprintf(errmsg, sizeof errmsg, fmt, ap);
     va_end(ap);
-    memcpy(old, errmsg, sizeof old);
-    snprintf(errmsg, sizeof errmsg, "%s: %s", prefix, old);
+    if (k < 0) k = 0;
+    size_t used = (size_t)k < sizeof errmsg ? (size_t)k : sizeof errmsg - 1;
+    size_t room = sizeof errmsg - used; /* including the NUL */
+    if (room > 2) {
+        memcpy(errmsg + used, ": ", 2);
+        size_t n = strlen(old);
+        if (n > room - 3) n = room - 3; /* truncate the old message */
+        memcpy(errmsg + used + 2, old, n);
+        errmsg[used + 2 + n] = 0;
+    }
     return st;
 }
 

@@ -4,6 +4,10 @@
 #ifndef QUILL_STATUS_H
 #define QUILL_STATUS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum qstatus {
     Q_OK = 0,
     Q_EINVAL,      /* bad argument or request */
@@ -32,5 +36,9 @@ const char *q_status_name(qstatus st);
         qstatus q_try_st_ = (expr);          \
         if (q_try_st_ != Q_OK) return q_try_st_; \
     } while (0)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

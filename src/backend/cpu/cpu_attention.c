@@ -1,0 +1,149 @@
+/* cpu_attention.c: partial NeoX RoPE and causal GQA attention over per-stream K/V caches
+ * (reference/qwen35-architecture.md 2.3).
+ *
+ * RoPE: pairs (j, j + rot/2), j < rot/2, rotate by angle pos * inv_freq[j] with inv_freq[j] =
+ * 1 / theta^((2j)/rot) formed as HF does in f32 (the exponent and the quotient in f32; pow, cos and
+ * sin in double, rounded to f32, which is what a correctly rounded f32 libm gives):
+ * x1' = x1*cos - x2*sin, x2' = x2*cos + x1*sin. Dims rot..head_dim pass through.
+ * Attention: for each seq, first copy its k, v rows into the caches at pos0.., then each (row, q
+ * head) item computes scores s_j = dot(q, k_j) * scale for j = 0..p (cpu_dot), softmax with max
+ * subtraction (exp in f32, the sum in double, p_j = e_j / sum in f32), and out = sum_j p_j v_j
+ * accumulated in f32 in ascending j.
+ * Layout: q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim]; q head h reads kv head
+ * h / (n_q / n_kv). Invariants: all cache writes of the call finish before any read; the caller
+ * guarantees every cache holds pos0 + n_rows positions.
+ * EXACT(batch): an item's arithmetic depends only on its own q row and its seq's cache, never on the
+ * other seqs or the thread count; tests/unit/backend/test_cpu_ops.c (attention_batch_invariant). */
+#include <string.h>
+
+#include "cpu_internal.h"
+
+#define ROPE_MAX_HALF 512
+
+typedef struct rope_job {
+    float *x;
+    int n_heads, head_dim, rot_dim;
+    const int32_t *pos;
+    float theta;
+} rope_job;
+
+static void rope_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const rope_job *j = ctx;
+    const int half = j->rot_dim / 2;
+    float cs[ROPE_MAX_HALF], sn[ROPE_MAX_HALF];
+    for (int64_t r = begin; r < end; r++) {
+        float p = (float)j->pos[r];
+        for (int i = 0; i < half; i++) {
+            float e = (float)(2 * i) / (float)j->rot_dim;
+            float inv = 1.0f / (float)pow((double)j->theta, (double)e);
+            float ang = p * inv;
+            cs[i] = (float)cos((double)ang);
+            sn[i] = (float)sin((double)ang);
+        }
+        for (int h = 0; h < j->n_heads; h++) {
+            float *x = j->x + (r * j->n_heads + h) * (int64_t)j->head_dim;
+            for (int i = 0; i < half; i++) {
+                float x1 = x[i], x2 = x[i + half];
+                x[i] = x1 * cs[i] - x2 * sn[i];
+                x[i + half] = x2 * cs[i] + x1 * sn[i];
+            }
+        }
+    }
+}
+
+qstatus cpu_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                 float theta) {
+    if (n < 0 || n_heads <= 0 || head_dim <= 0)
+        return q_fail(Q_EINVAL, "rope: n %d, n_heads %d, head_dim %d", n, n_heads, head_dim);
+    if (rot_dim <= 0 || rot_dim % 2 != 0 || rot_dim > head_dim)
+        return q_fail(Q_EINVAL, "rope: rot_dim %d (want even, 0 < rot_dim <= head_dim %d)", rot_dim, head_dim);
+    if (rot_dim / 2 > ROPE_MAX_HALF)
+        return q_fail(Q_EUNSUPPORTED, "rope: rot_dim %d above %d", rot_dim, 2 * ROPE_MAX_HALF);
+    if (!(theta > 0.0f)) return q_fail(Q_EINVAL, "rope: theta %g", (double)theta);
+    if (n == 0) return Q_OK;
+    if (!x || !pos) return q_fail(Q_EINVAL, "rope: NULL pointer");
+    rope_job job = {x, n_heads, head_dim, rot_dim, pos, theta};
+    q_parallel_for(cpu_impl(be)->pool, n, 8, rope_range, &job);
+    return Q_OK;
+}
+
+typedef struct attn_job {
+    cpu_backend *cb;
+    const float *q;
+    const qseq *seqs;
+    int n_seqs;
+    const int64_t *prefix;
+    float *const *k_cache, *const *v_cache;
+    int n_q, n_kv, dim;
+    float scale;
+    float *out;
+} attn_job;
+
+static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
+    const attn_job *j = ctx;
+    float *score = cpu_scratch_at(j->cb, thread_index);
+    const int dim = j->dim, group = j->n_q / j->n_kv;
+    const int64_t kv_row = (int64_t)j->n_kv * dim; /* floats per cache position */
+    for (int64_t it = begin; it < end; it++) {
+        int64_t fi = it / j->n_q;
+        int h = (int)(it % j->n_q), kvh = h / group;
+        int s = cpu_seq_of(j->prefix, j->n_seqs, fi);
+        const qseq *sq = &j->seqs[s];
+        int64_t t = fi - j->prefix[s], r = sq->row0 + t, p = sq->pos0 + t;
+        const float *qh = j->q + (r * j->n_q + h) * dim;
+        const float *kc = j->k_cache[s] + kvh * dim, *vc = j->v_cache[s] + kvh * dim;
+        float m = -INFINITY;
+        for (int64_t k = 0; k <= p; k++) {
+            score[k] = cpu_dot(qh, kc + k * kv_row, dim) * j->scale;
+            if (score[k] > m) m = score[k];
+        }
+        double sum = 0.0;
+        for (int64_t k = 0; k <= p; k++) {
+            score[k] = expf(score[k] - m);
+            sum += score[k];
+        }
+        float fsum = (float)sum;
+        float *o = j->out + (r * j->n_q + h) * dim;
+        for (int d = 0; d < dim; d++) o[d] = 0.0f;
+        for (int64_t k = 0; k <= p; k++) {
+            cpu_axpy(o, score[k] / fsum, vc + k * kv_row, dim);
+        }
+    }
+}
+
+qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                      int n_seqs, float *const *k_cache, float *const *v_cache, int n_q, int n_kv, int dim,
+                      float scale, float *out) {
+    if (n_q <= 0 || n_kv <= 0 || dim <= 0 || n_q % n_kv != 0)
+        return q_fail(Q_EINVAL, "attention: n_q %d, n_kv %d, dim %d (n_q must be a multiple of n_kv)", n_q,
+                      n_kv, dim);
+    cpu_backend *cb = cpu_impl(be);
+    int64_t *prefix;
+    if (n_seqs < 0) return q_fail(Q_EINVAL, "attention: n_seqs %d", n_seqs);
+    Q_TRY(cpu_index_reserve(cb, (size_t)n_seqs + 1, &prefix));
+    Q_TRY(cpu_seqs_check(seqs, n_seqs, prefix, "attention"));
+    int64_t total = prefix[n_seqs], max_ctx = 0;
+    if (total == 0) return Q_OK;
+    if (!q || !k || !v || !out || !k_cache || !v_cache) return q_fail(Q_EINVAL, "attention: NULL pointer");
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].n_rows == 0) continue;
+        if (!k_cache[s] || !v_cache[s]) return q_fail(Q_EINVAL, "attention: seq %d has no K/V cache", s);
+        int64_t ctx = (int64_t)seqs[s].pos0 + seqs[s].n_rows;
+        if (ctx > max_ctx) max_ctx = ctx;
+    }
+    Q_TRY(cpu_scratch_reserve(cb, (size_t)max_ctx));
+    /* the new rows go into the caches first: row t of a seq attends to rows 0..t of this call too */
+    const size_t row_bytes = (size_t)n_kv * (size_t)dim * sizeof(float);
+    for (int s = 0; s < n_seqs; s++) {
+        for (int t = 0; t < seqs[s].n_rows; t++) {
+            int64_t r = (int64_t)seqs[s].row0 + t, p = (int64_t)seqs[s].pos0 + t;
+            memcpy(k_cache[s] + p * n_kv * dim, k + r * n_kv * dim, row_bytes);
+            memcpy(v_cache[s] + p * n_kv * dim, v + r * n_kv * dim, row_bytes);
+        }
+    }
+    attn_job job = {cb, q, seqs, n_seqs, prefix, k_cache, v_cache, n_q, n_kv, dim, scale, out};
+    int64_t per_item = max_ctx * dim;
+    q_parallel_for(cb->pool, total * n_q, per_item >= 16384 ? 1 : 16384 / per_item + 1, attn_range, &job);
+    return Q_OK;
+}

@@ -1,0 +1,192 @@
+/* cpu_gdn.c: the Gated DeltaNet ops: causal depthwise conv1d + SiLU, the gates (beta, g), and the
+ * gated delta rule by the recurrent rule (token by token); the chunked rule is in cpu_gdn_chunked.c.
+ * Math: reference/qwen35-architecture.md 2.4.
+ *
+ * conv1d_silu: per channel c, y[t][c] = silu(sum_j w[c][j] * x'[t+j][c]) with x' = the seq's state
+ * (K-1 rows, oldest first) followed by its rows; the sum runs j = 0..K-1 in f32. Afterwards the
+ * state holds the last K-1 rows of x' (so a seq shorter than K-1 keeps part of the old state).
+ * y must not alias x. Items are channels: one thread does all seqs of a channel, outputs first,
+ * then the state, so the state is never read after it is overwritten.
+ * gdn_gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), softplus(x) = x for x > 20
+ * else log1p(exp(x)) (torch F.softplus).
+ * Recurrent rule per token, S [dk][dv] of v head h, k/q head h / (Hv/Hk):
+ *   q = l2norm(q) * dk^-0.5, k = l2norm(k), l2norm(x) = x * (1 / sqrtf(sum x^2 + 1e-6))
+ *   S = exp(g) S; kv = S^T k; d = beta (v - kv); S += k d^T; o = S^T q
+ * all f32, sums over i (the dk index) in ascending order.
+ * Invariants: items are (seq, v head) pairs; an item owns its S head and its output columns.
+ * EXACT(batch): a seq's outputs and states do not depend on the other seqs in the call or on the
+ * thread count. EXACT(draft): the recurrent rule over k rows equals k calls of one row each.
+ * tests/unit/backend/test_cpu_gdn.c. */
+#include "cpu_internal.h"
+
+typedef struct conv_job {
+    const float *x;
+    const qseq *seqs;
+    int n_seqs;
+    float *const *state;
+    const float *w;
+    int channels, kernel;
+    float *y;
+} conv_job;
+
+static void conv_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const conv_job *j = ctx;
+    const int K = j->kernel, ch = j->channels;
+    for (int64_t c = begin; c < end; c++) {
+        const float *wc = j->w + c * K;
+        for (int s = 0; s < j->n_seqs; s++) {
+            const qseq *sq = &j->seqs[s];
+            if (sq->n_rows == 0) continue;
+            float *st = K > 1 ? j->state[s] : NULL; /* K == 1: no state, maybe no state array */
+            const float *xs = j->x + (int64_t)sq->row0 * ch;
+            /* x'[i]: i < K-1 from the state, else row i-(K-1) of the seq */
+#define XP(i) ((i) < K - 1 ? st[(int64_t)(i) * ch + c] : xs[(int64_t)((i) - (K - 1)) * ch + c])
+            for (int t = 0; t < sq->n_rows; t++) {
+                float acc = 0.0f;
+                for (int k = 0; k < K; k++) acc += wc[k] * XP(t + k);
+                j->y[((int64_t)sq->row0 + t) * ch + c] = cpu_silu(acc);
+            }
+            for (int i = 0; i < K - 1; i++) st[(int64_t)i * ch + c] = XP(sq->n_rows + i); /* reads ahead of i */
+#undef XP
+        }
+    }
+}
+
+qstatus cpu_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                        const float *w, int channels, int kernel, float *y) {
+    if (channels <= 0 || kernel <= 0)
+        return q_fail(Q_EINVAL, "conv1d_silu: channels %d, kernel %d", channels, kernel);
+    if (n_seqs < 0) return q_fail(Q_EINVAL, "conv1d_silu: n_seqs %d", n_seqs);
+    cpu_backend *cb = cpu_impl(be);
+    int64_t *prefix;
+    Q_TRY(cpu_index_reserve(cb, (size_t)n_seqs + 1, &prefix));
+    Q_TRY(cpu_seqs_check(seqs, n_seqs, prefix, "conv1d_silu"));
+    if (prefix[n_seqs] == 0) return Q_OK;
+    if (!x || !w || !y) return q_fail(Q_EINVAL, "conv1d_silu: NULL pointer");
+    if (x == y) return q_fail(Q_EINVAL, "conv1d_silu: y must not alias x");
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].n_rows > 0 && kernel > 1 && (!state || !state[s]))
+            return q_fail(Q_EINVAL, "conv1d_silu: seq %d has no conv state", s);
+    conv_job job = {x, seqs, n_seqs, state, w, channels, kernel, y};
+    int64_t per_c = prefix[n_seqs] * kernel;
+    q_parallel_for(cb->pool, channels, per_c >= 4096 ? 1 : 4096 / per_c + 1, conv_range, &job);
+    return Q_OK;
+}
+
+typedef struct gates_job {
+    const float *a, *b, *A_log, *dt_bias;
+    int heads;
+    float *g, *beta;
+} gates_job;
+
+static float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+static void gates_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const gates_job *j = ctx;
+    for (int64_t i = begin; i < end; i++) {
+        int h = (int)(i % j->heads);
+        j->beta[i] = cpu_sigmoid(j->b[i]);
+        j->g[i] = -expf(j->A_log[h]) * softplus(j->a[i] + j->dt_bias[h]);
+    }
+}
+
+qstatus cpu_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, int heads, const float *A_log,
+                      const float *dt_bias, float *g, float *beta) {
+    if (n < 0 || heads <= 0) return q_fail(Q_EINVAL, "gdn_gates: n %lld, heads %d", (long long)n, heads);
+    if (n == 0) return Q_OK;
+    if (!a || !b || !A_log || !dt_bias || !g || !beta) return q_fail(Q_EINVAL, "gdn_gates: NULL pointer");
+    gates_job job = {a, b, A_log, dt_bias, heads, g, beta};
+    q_parallel_for(cpu_impl(be)->pool, n * heads, 4096, gates_range, &job);
+    return Q_OK;
+}
+
+void cpu_gdn_load_qk(const cpu_gdn_args *a, int64_t r, int hk, int which, float scale, float *dst) {
+    const qgdn_dims *d = &a->dims;
+    const int64_t row = 2 * (int64_t)d->n_k_heads * d->k_dim + (int64_t)d->n_v_heads * d->v_dim;
+    const float *src = a->qkv + r * row + ((int64_t)which * d->n_k_heads + hk) * d->k_dim;
+    float inv = 1.0f / sqrtf(cpu_dot(src, src, d->k_dim) + 1e-6f);
+    if (which == 0) {
+        for (int i = 0; i < d->k_dim; i++) dst[i] = (src[i] * inv) * scale;
+    } else {
+        for (int i = 0; i < d->k_dim; i++) dst[i] = src[i] * inv;
+    }
+}
+
+/* One value head of one seq, token by token. scratch: q[dk], k[dk], kv[dv]. */
+static void recurrent_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+    const qgdn_dims *d = &a->dims;
+    const int dk = d->k_dim, dv = d->v_dim, Hv = d->n_v_heads;
+    const int hk = h / (Hv / d->n_k_heads);
+    const int64_t row = 2 * (int64_t)d->n_k_heads * dk + (int64_t)Hv * dv;
+    float *q = scratch, *k = q + dk, *kv = k + dk;
+    for (int t = 0; t < sq->n_rows; t++) {
+        int64_t r = (int64_t)sq->row0 + t;
+        cpu_gdn_load_qk(a, r, hk, 0, a->q_scale, q);
+        cpu_gdn_load_qk(a, r, hk, 1, 1.0f, k);
+        const float *v = a->qkv + r * row + 2 * (int64_t)d->n_k_heads * dk + (int64_t)h * dv;
+        float decay = expf(a->g[r * Hv + h]), beta = a->beta[r * Hv + h];
+        for (int j = 0; j < dv; j++) kv[j] = 0.0f;
+        for (int i = 0; i < dk; i++) { /* S = decay S; kv = S^T k */
+            float *Si = S + (int64_t)i * dv;
+            cpu_scale(Si, decay, dv);
+            cpu_axpy(kv, k[i], Si, dv);
+        }
+        for (int j = 0; j < dv; j++) kv[j] = (v[j] - kv[j]) * beta; /* kv now holds d */
+        float *o = a->out + (r * Hv + h) * dv;
+        for (int j = 0; j < dv; j++) o[j] = 0.0f;
+        for (int i = 0; i < dk; i++) { /* S += k d^T; o = S^T q */
+            float *Si = S + (int64_t)i * dv;
+            cpu_axpy(Si, k[i], kv, dv);
+            cpu_axpy(o, q[i], Si, dv);
+        }
+    }
+}
+
+typedef struct gd_job {
+    cpu_backend *cb;
+    cpu_gdn_args args;
+    const qseq *seqs;
+    float *const *S;
+} gd_job;
+
+static void gd_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
+    const gd_job *j = ctx;
+    const int Hv = j->args.dims.n_v_heads;
+    const int64_t head_floats = (int64_t)j->args.dims.k_dim * j->args.dims.v_dim;
+    float *scratch = cpu_scratch_at(j->cb, thread_index);
+    for (int64_t it = begin; it < end; it++) {
+        int s = (int)(it / Hv), h = (int)(it % Hv);
+        const qseq *sq = &j->seqs[s];
+        if (sq->n_rows == 0) continue;
+        float *Sh = j->S[s] + h * head_floats;
+        if (sq->chunked) cpu_gdn_chunked_head(&j->args, sq, h, Sh, scratch);
+        else recurrent_head(&j->args, sq, h, Sh, scratch);
+    }
+}
+
+qstatus cpu_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
+                        int n_seqs, float *const *S, qgdn_dims dims, float *out) {
+    if (dims.n_k_heads <= 0 || dims.n_v_heads <= 0 || dims.k_dim <= 0 || dims.v_dim <= 0 ||
+        dims.n_v_heads % dims.n_k_heads != 0)
+        return q_fail(Q_EINVAL, "gated_delta: Hk %d, Hv %d, dk %d, dv %d (Hv must be a multiple of Hk)",
+                      dims.n_k_heads, dims.n_v_heads, dims.k_dim, dims.v_dim);
+    if (n_seqs < 0) return q_fail(Q_EINVAL, "gated_delta: n_seqs %d", n_seqs);
+    cpu_backend *cb = cpu_impl(be);
+    int64_t *prefix;
+    Q_TRY(cpu_index_reserve(cb, (size_t)n_seqs + 1, &prefix));
+    Q_TRY(cpu_seqs_check(seqs, n_seqs, prefix, "gated_delta"));
+    if (prefix[n_seqs] == 0) return Q_OK;
+    if (!qkv || !g || !beta || !out || !S) return q_fail(Q_EINVAL, "gated_delta: NULL pointer");
+    size_t need = 2 * (size_t)dims.k_dim + (size_t)dims.v_dim;
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].n_rows == 0) continue;
+        if (!S[s]) return q_fail(Q_EINVAL, "gated_delta: seq %d has no state", s);
+        if (seqs[s].chunked && cpu_gdn_chunked_scratch(dims) > need) need = cpu_gdn_chunked_scratch(dims);
+    }
+    Q_TRY(cpu_scratch_reserve(cb, need));
+    gd_job job = {cb, {qkv, g, beta, dims, (float)(1.0 / sqrt((double)dims.k_dim)), out}, seqs, S};
+    q_parallel_for(cb->pool, (int64_t)n_seqs * dims.n_v_heads, 1, gd_range, &job);
+    return Q_OK;
+}

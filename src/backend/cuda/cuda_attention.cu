@@ -1,0 +1,127 @@
+/* cuda_attention.cu: partial NeoX RoPE, and causal GQA attention over a stream's K/V cache.
+ * Layouts (backend.h): q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] f32.
+ * Attention, per seq: a kernel writes the seq's new k/v rows into its caches, then one block per
+ * (row, q head) runs ATT_WARPS warps; warp w takes keys w, w + ATT_WARPS, ... <= the row's position
+ * with an online softmax (running max, sum, and a dim-vector held dim/32 per lane); the warps'
+ * partial results merge in a fixed order. EXACT(batch): a row's result depends only on its own
+ * query and its stream's cache. Requires dim % 32 == 0 and dim <= 32 * ATT_MAX_PER_LANE.
+ * Floor: K/V bytes of the stream read once per q head (GQA packing, reading each kv head once for
+ * its q heads, is the performance issue's). */
+#include "cuda_common.cuh"
+
+#define ATT_WARPS 4
+#define ATT_MAX_PER_LANE 8 /* dim <= 256 */
+#define ROPE_MAX_PAIRS 128
+
+typedef struct rope_freqs { float inv[ROPE_MAX_PAIRS]; } rope_freqs;
+
+__global__ void rope_kernel(float *x, int n_heads, int head_dim, int half, const int32_t *__restrict__ pos,
+                            rope_freqs f) {
+    const int r = blockIdx.x;
+    const float p = (float)pos[r];
+    for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
+        const int h = t / half, j = t % half;
+        float *xh = x + ((int64_t)r * n_heads + h) * head_dim;
+        float s, c;
+        sincosf(p * f.inv[j], &s, &c); /* the angle rounds to f32 first, as torch computes it */
+        const float x1 = xh[j], x2 = xh[j + half];
+        xh[j] = x1 * c - x2 * s;
+        xh[j + half] = x2 * c + x1 * s;
+    }
+}
+
+qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim, const int32_t *pos,
+                  float theta) {
+    if (n <= 0) return Q_OK;
+    if (rot_dim % 2 || rot_dim > head_dim || rot_dim / 2 > ROPE_MAX_PAIRS)
+        return q_fail(Q_EINVAL, "cuda rope: rot_dim %d (head_dim %d)", rot_dim, head_dim);
+    rope_freqs f;
+    const int half = rot_dim / 2;
+    for (int j = 0; j < half; j++) /* HF: 1 / theta^(arange(0, rot, 2) / rot), in f32 */
+        f.inv[j] = (float)(1.0 / pow((double)theta, (double)(2 * j) / (double)rot_dim));
+    rope_kernel<<<n, 128, 0, cu_stream(be)>>>(x, n_heads, head_dim, half, pos, f);
+    CU_LAUNCHED("rope");
+    return Q_OK;
+}
+
+__global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v, int row0, int pos0,
+                                int width, float *kc, float *vc) {
+    const int r = blockIdx.x;
+    const float *ks = k + (int64_t)(row0 + r) * width, *vs = v + (int64_t)(row0 + r) * width;
+    float *kd = kc + (int64_t)(pos0 + r) * width, *vd = vc + (int64_t)(pos0 + r) * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        kd[i] = ks[i];
+        vd[i] = vs[i];
+    }
+}
+
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *__restrict__ kc,
+                 const float *__restrict__ vc, int n_q, int n_kv, int dim, float scale, float *__restrict__ out) {
+    __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
+    __shared__ float part_acc[ATT_WARPS][ATT_MAX_PER_LANE * 32];
+    const int r = blockIdx.x, h = blockIdx.y;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int p = pos0 + r, kvh = h / (n_q / n_kv), per = dim / 32;
+    const float *qr = q + ((int64_t)(row0 + r) * n_q + h) * dim;
+    float qv[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
+#pragma unroll
+    for (int c = 0; c < ATT_MAX_PER_LANE; c++) {
+        qv[c] = c < per ? qr[lane + 32 * c] : 0.0f;
+        acc[c] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int j = warp; j <= p; j += ATT_WARPS) {
+        const float *kj = kc + ((int64_t)j * n_kv + kvh) * dim;
+        float d = 0.0f;
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+            if (c < per) d = fmaf(qv[c], kj[lane + 32 * c], d);
+        const float s = warp_sum(d) * scale;
+        const float m_new = fmaxf(m, s);
+        const float corr = expf(m - m_new), e = expf(s - m_new);
+        l = l * corr + e;
+        const float *vj = vc + ((int64_t)j * n_kv + kvh) * dim;
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+            if (c < per) acc[c] = acc[c] * corr + e * vj[lane + 32 * c];
+        m = m_new;
+    }
+    if (lane == 0) {
+        part_m[warp] = m;
+        part_l[warp] = l;
+    }
+#pragma unroll
+    for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+        if (c < per) part_acc[warp][lane + 32 * c] = acc[c];
+    __syncthreads();
+    float M = part_m[0];
+    for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, part_m[w]);
+    float L = 0.0f;
+    for (int w = 0; w < ATT_WARPS; w++) L += part_l[w] * expf(part_m[w] - M); /* empty warps: exp(-inf) = 0 */
+    float *orow = out + ((int64_t)(row0 + r) * n_q + h) * dim;
+    for (int i = threadIdx.x; i < dim; i += ATT_WARPS * 32) {
+        float o = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) o += part_acc[w][i] * expf(part_m[w] - M);
+        orow[i] = o / L;
+    }
+}
+
+qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                       int n_seqs, float *const *k_cache, float *const *v_cache, int n_q, int n_kv, int dim,
+                       float scale, float *out) {
+    if (dim % 32 || dim > 32 * ATT_MAX_PER_LANE || n_kv <= 0 || n_q % n_kv)
+        return q_fail(Q_EINVAL, "cuda attention: dim %d, heads %d/%d not supported", dim, n_q, n_kv);
+    for (int s = 0; s < n_seqs; s++) {
+        const qseq *sq = &seqs[s];
+        if (sq->n_rows <= 0) continue;
+        kv_write_kernel<<<sq->n_rows, 256, 0, cu_stream(be)>>>(k, v, sq->row0, sq->pos0, n_kv * dim, k_cache[s],
+                                                               v_cache[s]);
+        CU_LAUNCHED("attention kv write");
+        dim3 grid((unsigned)sq->n_rows, (unsigned)n_q);
+        attention_kernel<<<grid, ATT_WARPS * 32, 0, cu_stream(be)>>>(q, sq->row0, sq->pos0, k_cache[s],
+                                                                     v_cache[s], n_q, n_kv, dim, scale, out);
+        CU_LAUNCHED("attention");
+    }
+    return Q_OK;
+}

@@ -1,0 +1,112 @@
+/* cuda_common.cuh: what every CUDA op file shares: error checks that name the op, the backend's
+ * state, warp and block reductions in a fixed order (EXACT(batch)), and weight element loads for
+ * every storage format. Layouts and semantics are those of backend.h; the CPU twins in backend/cpu/
+ * are the reference. */
+#ifndef QUILL_CUDA_COMMON_CUH
+#define QUILL_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+typedef struct cuda_state {
+    int device;
+    cudaStream_t stream;
+} cuda_state;
+
+static inline cudaStream_t cu_stream(qbackend *be) { return ((cuda_state *)be->impl)->stream; }
+
+#define CU_TRY(call, op)                                                                        \
+    do {                                                                                        \
+        cudaError_t cu_e_ = (call);                                                             \
+        if (cu_e_ != cudaSuccess)                                                               \
+            return q_fail(Q_ECUDA, "cuda %s: %s (%s:%d)", op, cudaGetErrorString(cu_e_), __FILE__, \
+                          __LINE__);                                                            \
+    } while (0)
+
+/* After a launch: a bad configuration shows here, a fault at the next synchronising call. */
+#define CU_LAUNCHED(op) CU_TRY(cudaGetLastError(), op)
+
+static inline unsigned cu_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+/* Butterfly sum over the warp: every lane gets the same value, in the same order on every call. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Sum over the block (blockDim.x a multiple of 32, at most 1024); all threads get the result.
+ * smem: at least 33 floats. The order is fixed by the block size alone. */
+__device__ __forceinline__ float block_sum(float v, float *smem) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads(); /* smem may still be read by a previous call */
+    if (lane == 0) smem[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float t = lane < n_warps ? smem[lane] : 0.0f;
+        t = warp_sum(t);
+        if (lane == 0) smem[32] = t;
+    }
+    __syncthreads();
+    return smem[32];
+}
+
+__device__ __forceinline__ float load_as_f32(const void *p, int fmt, int64_t i) {
+    if (fmt == QW_BF16) return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    if (fmt == QW_F16) return __half2float(((const __half *)p)[i]);
+    return ((const float *)p)[i];
+}
+
+/* W[o][i] as f32, for every format. AFFINE: codes are a little-endian bit stream along the row. */
+__device__ __forceinline__ float weight_at(const qweight &W, int64_t o, int64_t i) {
+    if (W.fmt != QW_AFFINE) return load_as_f32(W.w, W.fmt, o * W.n_in + i);
+    const uint32_t *row = (const uint32_t *)W.w + o * (W.n_in * W.bits / 32);
+    const int64_t bit = i * W.bits;
+    const int64_t wd = bit >> 5;
+    const int sh = (int)(bit & 31);
+    uint64_t v = row[wd];
+    if (sh + W.bits > 32) v |= (uint64_t)row[wd + 1] << 32;
+    const uint32_t code = (uint32_t)(v >> sh) & ((1u << W.bits) - 1u);
+    const int64_t g = o * (W.n_in / W.group) + i / W.group;
+    const float scale = load_as_f32(W.scales, W.sb_fmt, g), bias = load_as_f32(W.biases, W.sb_fmt, g);
+    return __fadd_rn(__fmul_rn(scale, (float)code), bias); /* no FMA: the CPU twin rounds twice */
+}
+
+__device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
+__device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* Op entry points (one file each), wired into the ops table by cuda_backend.cu. */
+qstatus cuda_embed(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y);
+qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float *y);
+qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float *w, int64_t n_vec,
+                     int dim, float eps, float *y, int64_t y_stride);
+qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const float *w, int64_t n_vec,
+                           int dim, float eps, float *y);
+qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,
+                  const int32_t *pos, float theta);
+qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                       int n_seqs, float *const *k_cache, float *const *v_cache, int n_q, int n_kv,
+                       int dim, float scale, float *out);
+qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
+                         int dim);
+qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                         const float *w, int channels, int kernel, float *y);
+qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, int heads,
+                       const float *A_log, const float *dt_bias, float *g, float *beta);
+qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta,
+                         const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
+qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
+qstatus cuda_add(qbackend *be, float *x, const float *y, int64_t n);
+
+#endif

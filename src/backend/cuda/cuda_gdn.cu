@@ -1,0 +1,145 @@
+/* cuda_gdn.cu: the Gated DeltaNet ops: causal depthwise conv1d + SiLU with its kept state, the gates
+ * (beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)), and the gated delta rule.
+ * Gated delta rule: the recurrent rule token by token for every seq, including prompt seqs marked
+ * chunked (the chunked tensor-core form is the performance issue's; the recurrent rule is the exact
+ * serial reference, and a seq's arithmetic still depends only on its own rows: EXACT(batch),
+ * EXACT(chunk)). Each column j of a head's state S[h][:][j] evolves on its own, so one warp owns one
+ * column with dk/32 state values per lane in registers, and the dot products k.S[:,j] and q.S[:,j]
+ * are fixed-order warp sums. Grid per seq: (Hv, dv / GDN_COLS), GDN_COLS warps a block.
+ * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32; out [n][Hv][dv].
+ * Floor: S read and written once per seq per launch (2 * Hv*dk*dv*4 bytes) plus the rows. */
+#include "cuda_common.cuh"
+
+#define GDN_COLS 4
+#define GDN_MAX_PER_LANE 8 /* dk <= 256 */
+#define CONV_MAX_K 8
+
+__global__ void conv1d_silu_kernel(const float *__restrict__ x, int row0, int n_rows, float *state,
+                                   const float *__restrict__ w, int C, int K, float *__restrict__ y) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float win[CONV_MAX_K]; /* win[0..K-2]: the previous inputs, oldest first */
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_K - 1; j++) win[j] = j < K - 1 ? state[(int64_t)j * C + c] : 0.0f;
+    float wc[CONV_MAX_K];
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_K; j++) wc[j] = j < K ? w[(int64_t)c * K + j] : 0.0f;
+    for (int t = 0; t < n_rows; t++) {
+        const float xt = x[(int64_t)(row0 + t) * C + c];
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < CONV_MAX_K - 1; j++)
+            if (j < K - 1) s = fmaf(wc[j], win[j], s);
+        s = fmaf(wc[K - 1], xt, s);
+        y[(int64_t)(row0 + t) * C + c] = silu_f(s);
+#pragma unroll
+        for (int j = 0; j < CONV_MAX_K - 2; j++)
+            if (j < K - 2) win[j] = win[j + 1];
+        if (K >= 2) win[K - 2] = xt;
+    }
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_K - 1; j++)
+        if (j < K - 1) state[(int64_t)j * C + c] = win[j];
+}
+
+qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                         const float *w, int channels, int kernel, float *y) {
+    if (kernel < 1 || kernel > CONV_MAX_K) return q_fail(Q_EINVAL, "cuda conv1d: kernel %d > %d", kernel, CONV_MAX_K);
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].n_rows <= 0) continue;
+        conv1d_silu_kernel<<<cu_blocks(channels, 128), 128, 0, cu_stream(be)>>>(x, seqs[s].row0, seqs[s].n_rows,
+                                                                                state[s], w, channels, kernel, y);
+        CU_LAUNCHED("conv1d_silu");
+    }
+    return Q_OK;
+}
+
+__global__ void gdn_gates_kernel(const float *a, const float *b, int64_t total, int heads,
+                                 const float *__restrict__ A_log, const float *__restrict__ dt_bias, float *g,
+                                 float *beta) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= total) return;
+    const int h = (int)(i % heads);
+    const float u = a[i] + dt_bias[h];
+    const float sp = u > 20.0f ? u : log1pf(expf(u)); /* torch softplus, threshold 20 */
+    g[i] = -expf(A_log[h]) * sp;
+    beta[i] = sigmoid_f(b[i]);
+}
+
+qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, int heads, const float *A_log,
+                       const float *dt_bias, float *g, float *beta) {
+    const int64_t total = n * heads;
+    if (total <= 0) return Q_OK;
+    gdn_gates_kernel<<<cu_blocks(total, 256), 256, 0, cu_stream(be)>>>(a, b, total, heads, A_log, dt_bias, g, beta);
+    CU_LAUNCHED("gdn_gates");
+    return Q_OK;
+}
+
+__global__ void __launch_bounds__(GDN_COLS * 32)
+gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
+                   int row0, int n_rows, float *S, qgdn_dims d, float *__restrict__ out) {
+    const int h = blockIdx.x;
+    const int lane = threadIdx.x & 31;
+    const int j = blockIdx.y * GDN_COLS + (threadIdx.x >> 5);
+    if (j >= d.v_dim) return; /* whole warps only */
+    const int per = d.k_dim / 32, hk = h / (d.n_v_heads / d.n_k_heads);
+    const int64_t width = 2LL * d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
+    const float qscale = rsqrtf((float)d.k_dim);
+    float *Sh = S + (int64_t)h * d.k_dim * d.v_dim;
+    float s[GDN_MAX_PER_LANE];
+#pragma unroll
+    for (int c = 0; c < GDN_MAX_PER_LANE; c++) s[c] = c < per ? Sh[(int64_t)(lane + 32 * c) * d.v_dim + j] : 0.0f;
+    for (int t = 0; t < n_rows; t++) {
+        const float *row = qkv + (int64_t)(row0 + t) * width;
+        const float *qh = row + (int64_t)hk * d.k_dim, *kh = row + (int64_t)(d.n_k_heads + hk) * d.k_dim;
+        float qv[GDN_MAX_PER_LANE], kv[GDN_MAX_PER_LANE];
+        float qq = 0.0f, kk = 0.0f;
+#pragma unroll
+        for (int c = 0; c < GDN_MAX_PER_LANE; c++) {
+            qv[c] = c < per ? qh[lane + 32 * c] : 0.0f;
+            kv[c] = c < per ? kh[lane + 32 * c] : 0.0f;
+            qq = fmaf(qv[c], qv[c], qq);
+            kk = fmaf(kv[c], kv[c], kk);
+        }
+        const float qn = rsqrtf(warp_sum(qq) + 1e-6f) * qscale, kn = rsqrtf(warp_sum(kk) + 1e-6f);
+        const int64_t gi = (int64_t)(row0 + t) * d.n_v_heads + h;
+        const float decay = expf(g[gi]), b = beta[gi];
+        const float vj = row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j];
+        float dot = 0.0f;
+#pragma unroll
+        for (int c = 0; c < GDN_MAX_PER_LANE; c++) {
+            kv[c] *= kn;
+            qv[c] *= qn;
+            s[c] *= decay;
+            dot = fmaf(s[c], kv[c], dot);
+        }
+        const float delta = b * (vj - warp_sum(dot));
+        float o = 0.0f;
+#pragma unroll
+        for (int c = 0; c < GDN_MAX_PER_LANE; c++) {
+            s[c] = fmaf(kv[c], delta, s[c]);
+            o = fmaf(s[c], qv[c], o);
+        }
+        o = warp_sum(o);
+        if (lane == 0) out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j] = o;
+    }
+#pragma unroll
+    for (int c = 0; c < GDN_MAX_PER_LANE; c++)
+        if (c < per) Sh[(int64_t)(lane + 32 * c) * d.v_dim + j] = s[c];
+}
+
+qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
+                         int n_seqs, float *const *S, qgdn_dims dims, float *out) {
+    if (dims.k_dim % 32 || dims.k_dim > 32 * GDN_MAX_PER_LANE || dims.n_k_heads <= 0 ||
+        dims.n_v_heads % dims.n_k_heads)
+        return q_fail(Q_EINVAL, "cuda gated_delta: dk %d, heads %d/%d not supported", dims.k_dim, dims.n_v_heads,
+                      dims.n_k_heads);
+    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, GDN_COLS));
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].n_rows <= 0) continue;
+        gated_delta_kernel<<<grid, GDN_COLS * 32, 0, cu_stream(be)>>>(qkv, g, beta, seqs[s].row0, seqs[s].n_rows,
+                                                                      S[s], dims, out);
+        CU_LAUNCHED("gated_delta");
+    }
+    return Q_OK;
+}

@@ -1,0 +1,70 @@
+/* cuda_matmul.cu: y[n][n_out] = x[n][n_in] . W^T for f32/f16/bf16 and MLX affine weights, and the
+ * embedding lookup (a dequantized row per id).
+ * Algorithm (correctness first): one block of MM_THREADS per (output o, group of MM_ROWS rows).
+ * Thread t sums inputs i = t, t + MM_THREADS, ... for each of its rows, reading each weight element
+ * once per row group; then one fixed-order block reduction per row.
+ * EXACT(batch): a row's sum depends only on MM_THREADS (fixed), never on n or on which rows share
+ * the block. Floor: for decode the weight bytes once; this kernel re-reads W once per MM_ROWS rows,
+ * so prefill is far from its FLOP floor (the performance issue replaces it with tensor-core GEMMs). */
+#include "cuda_common.cuh"
+
+#define MM_THREADS 256
+#define MM_ROWS 8
+
+__global__ void __launch_bounds__(MM_THREADS) matmul_kernel(const float *__restrict__ x, int n,
+                                                            qweight W, float *__restrict__ y) {
+    __shared__ float red[33];
+    const int64_t o = blockIdx.x;
+    const int r0 = blockIdx.y * MM_ROWS;
+    const int64_t n_in = W.n_in;
+    float acc[MM_ROWS];
+#pragma unroll
+    for (int r = 0; r < MM_ROWS; r++) acc[r] = 0.0f;
+    for (int64_t i = threadIdx.x; i < n_in; i += MM_THREADS) {
+        const float w = weight_at(W, o, i);
+#pragma unroll
+        for (int r = 0; r < MM_ROWS; r++)
+            if (r0 + r < n) acc[r] = fmaf(w, x[(int64_t)(r0 + r) * n_in + i], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < MM_ROWS; r++) {
+        if (r0 + r >= n) break; /* uniform across the block */
+        const float s = block_sum(acc[r], red);
+        if (threadIdx.x == 0) y[(int64_t)(r0 + r) * W.n_out + o] = s;
+    }
+}
+
+static qstatus check_weight(const qweight *W, const char *op) {
+    if (W->fmt == QW_AFFINE) {
+        if (W->bits < 2 || W->bits > 8 || W->group <= 0 || W->n_in % W->group || (W->n_in * W->bits) % 32)
+            return q_fail(Q_EINVAL, "cuda %s: bad affine weight (bits %d, group %d, n_in %lld)", op, W->bits,
+                          W->group, (long long)W->n_in);
+    }
+    if (W->n_out > 2147483647LL) return q_fail(Q_EINVAL, "cuda %s: n_out too large", op);
+    return Q_OK;
+}
+
+qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float *y) {
+    if (n <= 0) return Q_OK;
+    Q_TRY(check_weight(W, "matmul"));
+    dim3 grid((unsigned)W->n_out, cu_blocks(n, MM_ROWS));
+    matmul_kernel<<<grid, MM_THREADS, 0, cu_stream(be)>>>(x, n, *W, y);
+    CU_LAUNCHED("matmul");
+    return Q_OK;
+}
+
+__global__ void embed_kernel(qweight T, const int32_t *__restrict__ ids, float *__restrict__ y) {
+    const int r = blockIdx.x;
+    const int32_t id = ids[r];
+    const bool ok = id >= 0 && id < T.n_out; /* the model validated ids; never read outside */
+    for (int64_t i = threadIdx.x; i < T.n_in; i += blockDim.x)
+        y[(int64_t)r * T.n_in + i] = ok ? weight_at(T, id, i) : 0.0f;
+}
+
+qstatus cuda_embed(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y) {
+    if (n <= 0) return Q_OK;
+    Q_TRY(check_weight(table, "embed"));
+    embed_kernel<<<n, 256, 0, cu_stream(be)>>>(*table, ids, y);
+    CU_LAUNCHED("embed");
+    return Q_OK;
+}

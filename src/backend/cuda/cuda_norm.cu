@@ -1,0 +1,47 @@
+/* cuda_norm.cu: RMSNorm (zero-centred norms arrive with 1+w folded) and the GDN gated RMSNorm.
+ * One block per vector; the sum of squares is a fixed-order block reduction (EXACT(batch)). Each
+ * thread reads its own elements before the reduction and writes only them after it, so x == y (in
+ * place) is safe. */
+#include "cuda_common.cuh"
+
+#define NORM_THREADS 128
+
+__global__ void rmsnorm_kernel(const float *x, int64_t xs, const float *__restrict__ w, int dim, float eps,
+                               float *y, int64_t ys) {
+    __shared__ float red[33];
+    const float *xv = x + (int64_t)blockIdx.x * xs;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) ss = fmaf(xv[i], xv[i], ss);
+    const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
+    float *yv = y + (int64_t)blockIdx.x * ys;
+    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) yv[i] = xv[i] * scale * w[i];
+}
+
+qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float *w, int64_t n_vec, int dim,
+                     float eps, float *y, int64_t y_stride) {
+    if (n_vec <= 0) return Q_OK;
+    if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda rmsnorm: too many vectors");
+    rmsnorm_kernel<<<(unsigned)n_vec, NORM_THREADS, 0, cu_stream(be)>>>(x, x_stride, w, dim, eps, y, y_stride);
+    CU_LAUNCHED("rmsnorm");
+    return Q_OK;
+}
+
+__global__ void gated_rmsnorm_kernel(const float *x, const float *__restrict__ z, const float *__restrict__ w,
+                                     int dim, float eps, float *y) {
+    __shared__ float red[33];
+    const int64_t base = (int64_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) ss = fmaf(x[base + i], x[base + i], ss);
+    const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
+    for (int i = threadIdx.x; i < dim; i += NORM_THREADS)
+        y[base + i] = x[base + i] * scale * w[i] * silu_f(z[base + i]);
+}
+
+qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const float *w, int64_t n_vec,
+                           int dim, float eps, float *y) {
+    if (n_vec <= 0) return Q_OK;
+    if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda gated_rmsnorm: too many vectors");
+    gated_rmsnorm_kernel<<<(unsigned)n_vec, NORM_THREADS, 0, cu_stream(be)>>>(x, z, w, dim, eps, y);
+    CU_LAUNCHED("gated_rmsnorm");
+    return Q_OK;
+}

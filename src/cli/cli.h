@@ -1,0 +1,27 @@
+/* cli.h: the quill subcommands. Each takes argv with argv[0] = the subcommand's name and returns the
+ * process exit code (0 ok, 1 runtime error, 2 usage error). */
+#ifndef QUILL_CLI_H
+#define QUILL_CLI_H
+
+#include "backend/backend.h"
+
+int cmd_run(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_synth(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+/* The model directory a command uses: the positional argument, else $QUILL_MODEL, else the model
+ * bundled in the repo. */
+const char *cli_model_dir(const char *positional);
+
+/* Creates the backend named by `name` ("cpu", "cuda", or NULL for the default). Prints the error and
+ * returns NULL on failure. */
+qbackend *cli_backend_create(const char *name, int n_threads);
+
+/* Parses a whole decimal integer / float; returns 0 on success. */
+int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
+int cli_parse_float(const char *s, double *out);
+
+#endif

@@ -1,0 +1,224 @@
+/* cmd_bench.c: `quill bench [MODEL_DIR]`: one table of prefill tokens/s, single-stream decode
+ * tokens/s at several contexts, aggregate decode tokens/s at several stream counts, the weight bytes a
+ * decode step reads, the copy bandwidth measured in the same run, and the decode floor they imply
+ * (bytes per step / bandwidth). A number is a median of repeats after a warm-up.
+ * Decode at context C starts from a state whose K/V rows 0..C-1 and GDN states hold random values
+ * (what a decode step reads and costs is the same as after a real prefill of C tokens, which the
+ * prefill rows measure separately). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "engine/generate.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int parse_list(const char *s, int *out, int cap) {
+    int n = 0;
+    while (*s && n < cap) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0) return -1;
+        out[n++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+/* Read + write bytes per second of a large device-to-device copy. */
+static double copy_bandwidth(qbackend *be) {
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    if (be->ops->alloc(be, bytes, &a) != Q_OK || be->ops->alloc(be, bytes, &b) != Q_OK) {
+        be->ops->free(be, a);
+        return 0;
+    }
+    be->ops->copy(be, b, a, bytes);
+    be->ops->sync(be);
+    const int reps = 10;
+    double t0 = now_s();
+    for (int i = 0; i < reps; i++) be->ops->copy(be, i & 1 ? a : b, i & 1 ? b : a, bytes);
+    be->ops->sync(be);
+    double dt = now_s() - t0;
+    be->ops->free(be, a);
+    be->ops->free(be, b);
+    return 2.0 * bytes * reps / dt;
+}
+
+/* Bytes of weights one decode step reads: every layer's matrices and the head (one embedding row). */
+static int64_t decode_weight_bytes(const qwen35_model *m) {
+    const qwen35_weights *w = &m->w;
+    int64_t b = qweight_bytes(&w->lm_head);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const qwen35_layer *L = &w->layers[l];
+        const qweight *ws[] = {&L->gate_proj, &L->up_proj, &L->down_proj, &L->attn.q_proj, &L->attn.k_proj,
+                               &L->attn.v_proj, &L->attn.o_proj, &L->gdn.in_proj_qkv, &L->gdn.in_proj_z,
+                               &L->gdn.in_proj_b, &L->gdn.in_proj_a, &L->gdn.out_proj};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (L->is_attn ? (i < 7) : (i < 3 || i >= 7)) b += qweight_bytes(ws[i]);
+    }
+    return b;
+}
+
+static float *random_floats(size_t n, unsigned seed, float scale) {
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; v && i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        v[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * scale;
+    }
+    return v;
+}
+
+/* Puts st at position ctx with random K/V rows and GDN states (see the top comment). */
+static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
+    const qwen35_config *c = &m->cfg;
+    Q_TRY(qwen35_state_reset(m, st));
+    size_t kv = (size_t)ctx * c->n_kv_heads * c->head_dim;
+    size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim;
+    float *r = random_floats(kv > S ? kv : S, 7u, 1.0f);
+    if (!r) return q_fail(Q_ENOMEM, "bench: out of memory");
+    qstatus rc = Q_OK;
+    for (int l = 0; rc == Q_OK && l < c->n_layers; l++) {
+        if (c->layer_is_attn[l]) {
+            if (kv) rc = m->be->ops->upload(m->be, st->k_cache[l], r, kv * sizeof(float));
+            if (kv && rc == Q_OK) rc = m->be->ops->upload(m->be, st->v_cache[l], r, kv * sizeof(float));
+        } else {
+            for (size_t i = 0; i < S; i++) r[i] *= 0.01f;
+            rc = m->be->ops->upload(m->be, st->S[l], r, S * sizeof(float));
+            for (size_t i = 0; i < S; i++) r[i] *= 100.0f;
+        }
+    }
+    free(r);
+    st->n_past = ctx;
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Decode steps for n_streams streams at context ctx; returns aggregate tokens/s (median of reps). */
+static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, double *tps) {
+    qwen35_state **states = calloc((size_t)n_streams, sizeof *states);
+    qrow *rows = calloc((size_t)n_streams, sizeof *rows);
+    float *logits = malloc((size_t)n_streams * m->cfg.vocab_size * sizeof *logits);
+    double times[64];
+    qstatus rc = (!states || !rows || !logits) ? q_fail(Q_ENOMEM, "bench: out of memory") : Q_OK;
+    for (int s = 0; rc == Q_OK && s < n_streams; s++) {
+        rc = qwen35_state_create(m, ctx + steps + 4, &states[s]);
+        if (rc == Q_OK) rc = fill_context(m, states[s], ctx);
+    }
+    if (steps > 64) steps = 64;
+    for (int t = -2; rc == Q_OK && t < steps; t++) { /* two warm-up steps */
+        for (int s = 0; s < n_streams; s++)
+            rows[s] = (qrow){.stream = s, .pos = states[s]->n_past, .token = (t * 31 + s) % 1000 + 1, .flags = QROW_LOGITS};
+        double t0 = now_s();
+        rc = qwen35_forward(m, rows, n_streams, states, logits);
+        if (t >= 0) times[t] = now_s() - t0;
+    }
+    if (rc == Q_OK) {
+        qsort(times, (size_t)steps, sizeof times[0], cmp_double);
+        *tps = n_streams / times[steps / 2];
+    }
+    for (int s = 0; states && s < n_streams; s++) qwen35_state_destroy(m, states[s]);
+    free(states);
+    free(rows);
+    free(logits);
+    return rc;
+}
+
+static qstatus bench_prefill(qwen35_model *m, int n, int chunk, double *tps) {
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    float *logits = malloc((size_t)m->cfg.vocab_size * sizeof *logits);
+    qwen35_state *st = NULL;
+    qstatus rc = (!ids || !logits) ? q_fail(Q_ENOMEM, "bench: out of memory") : qwen35_state_create(m, n, &st);
+    for (int i = 0; ids && i < n; i++) ids[i] = (i * 7919) % 1000 + 1;
+    double best = 0;
+    for (int rep = 0; rc == Q_OK && rep < 2; rep++) { /* the first run warms up */
+        rc = qwen35_state_reset(m, st);
+        double t0 = now_s();
+        if (rc == Q_OK) rc = prefill(m, st, ids, n, chunk, logits);
+        double dt = now_s() - t0;
+        if (rep > 0 || n > 8192) best = dt; /* long prompts: one run is enough */
+        if (n > 8192) break;
+    }
+    if (rc == Q_OK) *tps = n / best;
+    qwen35_state_destroy(m, st);
+    free(ids);
+    free(logits);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_arg = NULL, *backend = NULL;
+    int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
+    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
+                   "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n");
+            return 0;
+        }
+        if (a[0] != '-') { model_arg = a; continue; }
+        if (!v) { fprintf(stderr, "quill bench: %s needs a value\n", a); return 2; }
+        i++;
+        long long iv;
+        if (!strcmp(a, "--prefill")) n_pre = parse_list(v, prefills, 8);
+        else if (!strcmp(a, "--contexts")) n_ctx = parse_list(v, ctxs, 8);
+        else if (!strcmp(a, "--streams")) n_streams = parse_list(v, streams, 8);
+        else if (!strcmp(a, "--backend")) backend = v;
+        else if (!strcmp(a, "--prefill-chunk") && !cli_parse_int(v, 1, 1 << 20, &iv)) chunk = (int)iv;
+        else if (!strcmp(a, "--steps") && !cli_parse_int(v, 1, 64, &iv)) steps = (int)iv;
+        else { fprintf(stderr, "quill bench: bad option %s %s\n", a, v); return 2; }
+        if (n_pre < 0 || n_ctx < 0 || n_streams < 0) { fprintf(stderr, "quill bench: bad list '%s'\n", v); return 2; }
+    }
+    const char *dir = cli_model_dir(model_arg);
+    qbackend *be = cli_backend_create(backend, 0);
+    if (!be) return 1;
+    qwen35_model *m = NULL;
+    if (qwen35_open(dir, be, &m) != Q_OK) {
+        fprintf(stderr, "quill bench: %s: %s\n", dir, q_lasterr());
+        be->ops->destroy(be);
+        return 1;
+    }
+    double bw = copy_bandwidth(be);
+    int64_t wb = decode_weight_bytes(m);
+    printf("model %s, backend %s, weights %.2f GB held, %.3f GB read per decode step\n", dir, be->ops->name,
+           m->w.n_bytes / 1e9, wb / 1e9);
+    printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n\n", bw / 1e9,
+           bw > 0 ? bw / (double)wb : 0.0);
+    printf("| figure | tokens/s | floor |\n|---|---|---|\n");
+    int rc = 0;
+    for (int i = 0; i < n_pre && !rc; i++) {
+        double t = 0;
+        if (bench_prefill(m, prefills[i], chunk, &t) != Q_OK) { fprintf(stderr, "quill bench: %s\n", q_lasterr()); rc = 1; break; }
+        printf("| prefill %d (chunks of %d) | %.1f | |\n", prefills[i], chunk, t);
+        fflush(stdout);
+    }
+    for (int i = 0; i < n_ctx && !rc; i++) {
+        double t = 0;
+        if (bench_decode(m, 1, ctxs[i], steps, &t) != Q_OK) { fprintf(stderr, "quill bench: %s\n", q_lasterr()); rc = 1; break; }
+        printf("| decode, 1 stream, context %d | %.1f | %.1f |\n", ctxs[i], t, bw / (double)wb);
+        fflush(stdout);
+    }
+    for (int i = 0; i < n_streams && !rc; i++) {
+        double t = 0;
+        if (bench_decode(m, streams[i], 512, steps, &t) != Q_OK) { fprintf(stderr, "quill bench: %s\n", q_lasterr()); rc = 1; break; }
+        printf("| decode, %d streams at context 512 (aggregate) | %.1f | %.1f |\n", streams[i], t,
+               streams[i] * bw / (double)wb);
+        fflush(stdout);
+    }
+    qwen35_close(m);
+    be->ops->destroy(be);
+    return rc;
+}

@@ -1,0 +1,246 @@
+/* cmd_quantize.c: `quill quantize IN_DIR OUT_DIR --bits 4 --group-size 64`: writes the MLX affine
+ * layout that quill and mlx-lm load (reference §3.1-3.2): names language_model.model.* and
+ * language_model.lm_head.*; every Linear and the embedding quantized (uint32 codes, bf16 scales and
+ * biases) when its input dim divides by the group; zero-centred norms stored as 1+w; conv1d as
+ * [C, K, 1]; A_log in f32; everything else copied; config.json gains "quantization" and
+ * "quantization_config"; tokenizer and template files are copied. Vision and mtp.* tensors are
+ * dropped (mlx-lm drops them too). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "format/mlx_quant.h"
+#include "format/quant.h"
+#include "format/safetensors.h"
+#include "format/st_shards.h"
+#include "util/fileio.h"
+#include "util/threadpool.h"
+
+static const char *linear_modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z",
+                                       "in_proj_a", "in_proj_b", "out_proj", "gate_proj", "up_proj",
+                                       "down_proj", "embed_tokens", "lm_head"};
+static const char *zc_norms[] = {"input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight",
+                                 "k_norm.weight"};
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* MLX name for a text tensor, or 0 for a tensor to drop. */
+static int mlx_name(const char *in, char *out, size_t cap) {
+    static const struct { const char *from, *to; } maps[] = {
+        {"language_model.", "language_model."}, {"model.language_model.", "language_model.model."},
+        {"lm_head.", "language_model.lm_head."}, {"model.", "language_model.model."}};
+    if (strstr(in, "visual.") || strstr(in, "vision_tower") || !strncmp(in, "mtp.", 4)) return 0;
+    for (size_t i = 0; i < sizeof maps / sizeof maps[0]; i++) {
+        size_t n = strlen(maps[i].from);
+        if (!strncmp(in, maps[i].from, n)) {
+            snprintf(out, cap, "%s%s", maps[i].to, in + n);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int is_linear(const char *name, const st_tensor *t) {
+    if (t->n_dims != 2 || !ends_with(name, ".weight")) return 0;
+    for (size_t i = 0; i < sizeof linear_modules / sizeof linear_modules[0]; i++) {
+        char pat[64];
+        snprintf(pat, sizeof pat, "%s.weight", linear_modules[i]);
+        if (ends_with(name, pat)) return 1;
+    }
+    return 0;
+}
+
+static int is_zc_norm(const char *mlx) {
+    if (!strcmp(mlx, "language_model.model.norm.weight")) return 1;
+    for (size_t i = 0; i < sizeof zc_norms / sizeof zc_norms[0]; i++)
+        if (ends_with(mlx, zc_norms[i]) && !strstr(mlx, "linear_attn.norm")) return 1;
+    return 0;
+}
+
+typedef struct qjob {
+    const float *w;
+    int64_t n_in;
+    int bits, group;
+    uint32_t *codes;
+    uint16_t *scales, *biases;
+} qjob;
+
+static void quantize_rows(void *ctx, int64_t r0, int64_t r1, int t) {
+    (void)t;
+    qjob *j = ctx;
+    int64_t ng = j->n_in / j->group, words = j->n_in * j->bits / 32;
+    float s[1024], b[1024];
+    for (int64_t r = r0; r < r1; r++) {
+        mlx_quantize_row(j->w + r * j->n_in, j->n_in, j->bits, j->group, j->codes + r * words, s, b);
+        for (int64_t g = 0; g < ng; g++) {
+            j->scales[r * ng + g] = st_f32_to_bf16(s[g]);
+            j->biases[r * ng + g] = st_f32_to_bf16(b[g]);
+        }
+    }
+}
+
+/* Mean of every layer's input_layernorm: > 0.5 means the checkpoint already stores 1+w. */
+static int stores_one_plus(const st_set *set) {
+    double sum = 0;
+    int64_t n = 0;
+    for (int i = 0; i < st_count(set); i++) {
+        const st_tensor *t = st_at(set, i);
+        if (!ends_with(t->name, "input_layernorm.weight") || strstr(t->name, "mtp.")) continue;
+        int64_t k = st_numel(t);
+        float *v = malloc((size_t)k * sizeof *v);
+        if (v && st_read_f32(t, v, k) == Q_OK)
+            for (int64_t e = 0; e < k; e++) sum += v[e];
+        n += k;
+        free(v);
+    }
+    return n > 0 && sum / (double)n > 0.5;
+}
+
+static qstatus quantize_dir(const char *in, const char *out, int bits, int group, q_pool *pool) {
+    st_set *set = NULL;
+    Q_TRY(st_open_dir(in, &set));
+    st_shards *w = NULL;
+    qstatus st = st_shards_create(out, (int64_t)4 << 30, &w);
+    const int add_one = st == Q_OK && !stores_one_plus(set);
+    int n_quant = 0;
+    for (int i = 0; st == Q_OK && i < st_count(set); i++) {
+        const st_tensor *t = st_at(set, i);
+        char name[512];
+        if (!mlx_name(t->name, name, sizeof name)) continue;
+        int64_t n = st_numel(t);
+        float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
+        if (!f) { st = q_fail(Q_ENOMEM, "%s: out of memory", t->name); break; }
+        if (t->dtype == ST_F32 || t->dtype == ST_F16 || t->dtype == ST_BF16) st = st_read_f32(t, f, n);
+        else st = q_fail(Q_EUNSUPPORTED, "%s: %s: input must be f32/f16/bf16 (got %s)", t->file, t->name,
+                         st_dtype_name(t->dtype));
+        if (st != Q_OK) { free(f); break; }
+        if (is_linear(name, t) && t->shape[1] % group == 0 && (t->shape[1] * bits) % 32 == 0 &&
+            t->shape[1] / group <= 1024) {
+            int64_t rows = t->shape[0], cols = t->shape[1], ng = cols / group;
+            qjob j = {f, cols, bits, group, malloc((size_t)(rows * cols * bits / 32) * 4),
+                      malloc((size_t)(rows * ng) * 2), malloc((size_t)(rows * ng) * 2)};
+            if (!j.codes || !j.scales || !j.biases) {
+                free(j.codes); free(j.scales); free(j.biases); free(f);
+                st = q_fail(Q_ENOMEM, "%s: out of memory", t->name);
+                break;
+            }
+            q_parallel_for(pool, rows, 16, quantize_rows, &j);
+            free(f);
+            char base[512];
+            snprintf(base, sizeof base, "%.*s", (int)(strlen(name) - 7), name); /* without ".weight" */
+            char nm[600];
+            int64_t wshape[2] = {rows, cols * bits / 32}, gshape[2] = {rows, ng};
+            snprintf(nm, sizeof nm, "%s.weight", base);
+            st = st_shards_add(w, nm, ST_U32, 2, wshape, j.codes);
+            snprintf(nm, sizeof nm, "%s.scales", base);
+            if (st == Q_OK) st = st_shards_add(w, nm, ST_BF16, 2, gshape, j.scales);
+            else free(j.scales);
+            snprintf(nm, sizeof nm, "%s.biases", base);
+            if (st == Q_OK) st = st_shards_add(w, nm, ST_BF16, 2, gshape, j.biases);
+            else free(j.biases);
+            n_quant++;
+            continue;
+        }
+        int64_t shape[ST_MAX_DIMS];
+        int nd = t->n_dims;
+        for (int d = 0; d < nd; d++) shape[d] = t->shape[d];
+        if (ends_with(name, "conv1d.weight") && nd == 3 && shape[1] == 1) { /* [C,1,K] -> [C,K,1] */
+            shape[1] = shape[2];
+            shape[2] = 1;
+        }
+        if (add_one && is_zc_norm(name))
+            for (int64_t e = 0; e < n; e++) f[e] += 1.0f;
+        if (ends_with(name, "A_log") || t->dtype == ST_F32) {
+            st = st_shards_add(w, name, ST_F32, nd, shape, f);
+        } else {
+            uint16_t *h = malloc((size_t)(n ? n : 1) * 2);
+            if (!h) { free(f); st = q_fail(Q_ENOMEM, "out of memory"); break; }
+            for (int64_t e = 0; e < n; e++) h[e] = st_f32_to_bf16(f[e]);
+            free(f);
+            st = st_shards_add(w, name, ST_BF16, nd, shape, h); /* f16 inputs become bf16 */
+        }
+    }
+    st_close(set);
+    if (st != Q_OK) {
+        st_shards_abort(w);
+        return st;
+    }
+    fprintf(stderr, "quantize: %d linear weights to %d bits, group %d%s\n", n_quant, bits, group,
+            add_one ? "; zero-centred norms stored as 1+w" : "");
+    return st_shards_finish(w);
+}
+
+static qstatus write_config(const char *in, const char *out, int bits, int group) {
+    char path[1200];
+    Q_TRY(q_path_join(path, sizeof path, in, "config.json"));
+    json_error_t err;
+    json_t *cfg = json_load_file(path, 0, &err);
+    if (!cfg || !json_is_object(cfg)) {
+        json_decref(cfg);
+        return q_fail(Q_EFORMAT, "%s: %s", path, err.text);
+    }
+    json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", group, "bits", bits, "mode", "affine");
+    json_object_set(cfg, "quantization", q);
+    json_object_set_new(cfg, "quantization_config", q);
+    Q_TRY(q_path_join(path, sizeof path, out, "config.json"));
+    int rc = json_dump_file(cfg, path, JSON_INDENT(2));
+    json_decref(cfg);
+    return rc == 0 ? Q_OK : q_fail(Q_EIO, "%s: cannot write", path);
+}
+
+static qstatus copy_file(const char *in, const char *out, const char *name) {
+    char src[1200], dst[1200];
+    Q_TRY(q_path_join(src, sizeof src, in, name));
+    if (!q_file_exists(src)) return Q_OK;
+    Q_TRY(q_path_join(dst, sizeof dst, out, name));
+    char *buf = NULL;
+    size_t n = 0;
+    Q_TRY(q_read_file(src, &buf, &n));
+    FILE *f = fopen(dst, "wb");
+    int ok = f && fwrite(buf, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = 0;
+    free(buf);
+    return ok ? Q_OK : q_fail(Q_EIO, "%s: cannot write", dst);
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *in = NULL, *out = NULL;
+    long long bits = 4, group = 64;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--bits") && i + 1 < argc) {
+            if (cli_parse_int(argv[++i], 2, 8, &bits)) { fprintf(stderr, "quill quantize: bad --bits\n"); return 2; }
+        } else if (!strcmp(argv[i], "--group-size") && i + 1 < argc) {
+            if (cli_parse_int(argv[++i], 32, 128, &group)) { fprintf(stderr, "quill quantize: bad --group-size\n"); return 2; }
+        } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            printf("usage: quill quantize IN_DIR OUT_DIR [--bits 2|3|4|5|6|8] [--group-size 32|64|128]\n");
+            return 0;
+        } else if (argv[i][0] != '-' && !in) in = argv[i];
+        else if (argv[i][0] != '-' && !out) out = argv[i];
+        else { fprintf(stderr, "quill quantize: unexpected argument '%s'\n", argv[i]); return 2; }
+    }
+    if (!in || !out) { fprintf(stderr, "usage: quill quantize IN_DIR OUT_DIR --bits 4 --group-size 64\n"); return 2; }
+    if (!qquant_valid((int)bits, (int)group)) {
+        fprintf(stderr, "quill quantize: bits must be 2,3,4,5,6,8 and group size 32,64,128\n");
+        return 2;
+    }
+    struct stat sb;
+    if (mkdir(out, 0755) != 0 && (stat(out, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        fprintf(stderr, "quill quantize: cannot create %s\n", out);
+        return 1;
+    }
+    q_pool *pool = NULL;
+    qstatus st = q_pool_create(0, &pool);
+    if (st == Q_OK) st = write_config(in, out, (int)bits, (int)group);
+    if (st == Q_OK) st = quantize_dir(in, out, (int)bits, (int)group, pool);
+    const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"};
+    for (size_t i = 0; st == Q_OK && i < sizeof extra / sizeof extra[0]; i++) st = copy_file(in, out, extra[i]);
+    q_pool_destroy(pool);
+    if (st != Q_OK) { fprintf(stderr, "quill quantize: %s\n", q_lasterr()); return 1; }
+    return 0;
+}

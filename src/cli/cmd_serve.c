@@ -1,0 +1,189 @@
+/* cmd_serve.c: `quill serve [MODEL_DIR] [options]`: loads the model, tokenizer and chat template,
+ * starts the engine and the HTTP server, and runs until SIGINT or SIGTERM.
+ * Shutdown order: stop accepting, end every stream (engine_destroy: clients get a final error event
+ * or a 503), close the connections, free; exit code 0. Not here: any request handling (src/server/). */
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "engine/engine.h"
+#include "server/http.h"
+#include "server/metrics.h"
+#include "server/server.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "util/log.h"
+
+#define SERVE_DEFAULT_CONTEXT 4096 /* until K/V grows as used (the memory issue), slots are allocated whole */
+
+static void serve_usage(FILE *f) {
+    fprintf(f,
+            "usage: quill serve [MODEL_DIR] [options]\n"
+            "OpenAI-compatible HTTP server: /v1/chat/completions, /v1/completions, /v1/models, /tokenize,\n"
+            "/detokenize, /health, /metrics, /memory.\n"
+            "  --host ADDR          numeric address to listen on (default 127.0.0.1)\n"
+            "  --port N             (default 8080)\n"
+            "  --parallel N         streams decoding together (slots; default 1)\n"
+            "  --context N          positions per slot (default: the model's max_position_embeddings, but\n"
+            "                       at most %d for now, since each slot's K/V is allocated whole)\n"
+            "  --prefill-chunk N    prompt rows per round (default 512)\n"
+            "  --queue N            requests waiting for a slot; beyond it 503 + Retry-After (default 64)\n"
+            "  --backend cpu|cuda   (default cpu)\n"
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --name NAME          model id reported by /v1/models (default: MODEL_DIR's base name)\n"
+            "MODEL_DIR defaults to $QUILL_MODEL, else the model bundled in the repo. It must hold\n"
+            "tokenizer.json; the chat template comes from chat_template.jinja or tokenizer_config.json.\n",
+            SERVE_DEFAULT_CONTEXT);
+}
+
+typedef struct serve_opts {
+    const char *model, *host, *backend, *name;
+    long long port, parallel, context, prefill_chunk, queue, threads;
+} serve_opts;
+
+/* 0: run; 1: printed help; 2: usage error. */
+static int parse_opts(int argc, char **argv, serve_opts *o) {
+    *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .prefill_chunk = 512, .queue = 64};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            serve_usage(stdout);
+            return 1;
+        }
+        if (a[0] != '-') {
+            if (o->model) {
+                fprintf(stderr, "quill serve: unexpected argument '%s'\n", a);
+                return 2;
+            }
+            o->model = a;
+            continue;
+        }
+        if (!v) {
+            fprintf(stderr, "quill serve: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        int bad = 0;
+        if (!strcmp(a, "--host")) o->host = v;
+        else if (!strcmp(a, "--backend")) o->backend = v;
+        else if (!strcmp(a, "--name")) o->name = v;
+        else if (!strcmp(a, "--port")) bad = cli_parse_int(v, 0, 65535, &o->port);
+        else if (!strcmp(a, "--parallel")) bad = cli_parse_int(v, 1, 1024, &o->parallel);
+        else if (!strcmp(a, "--context")) bad = cli_parse_int(v, 2, 1 << 24, &o->context);
+        else if (!strcmp(a, "--prefill-chunk")) bad = cli_parse_int(v, 1, 1 << 20, &o->prefill_chunk);
+        else if (!strcmp(a, "--queue")) bad = cli_parse_int(v, 0, 1 << 20, &o->queue);
+        else if (!strcmp(a, "--threads")) bad = cli_parse_int(v, 1, 4096, &o->threads);
+        else {
+            fprintf(stderr, "quill serve: unknown option %s\n", a);
+            serve_usage(stderr);
+            return 2;
+        }
+        if (bad) {
+            fprintf(stderr, "quill serve: bad value for %s: '%s'\n", a, v);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_opts o;
+    int prc = parse_opts(argc, argv, &o);
+    if (prc) return prc == 1 ? 0 : 2;
+
+    /* Before any thread exists, so all inherit the mask and only http_wait_signal takes the signals. */
+    http_block_signals();
+    int rc = 1, lock_ready = 0;
+    const char *dir = cli_model_dir(o.model);
+    qbackend *be = NULL;
+    qwen35_model *m = NULL;
+    qtokenizer *tok = NULL;
+    chat_template *tmpl = NULL;
+    qmetrics *metrics = NULL;
+    qhttp *http = NULL;
+    qsrv s;
+    memset(&s, 0, sizeof s);
+
+    if (!(be = cli_backend_create(o.backend, (int)o.threads))) goto out;
+    if (qwen35_open(dir, be, &m) != Q_OK) {
+        fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
+        goto out;
+    }
+    if (tok_load(dir, &tok) != Q_OK) {
+        fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
+        goto out;
+    }
+    if (chat_template_load_dir(dir, &tmpl) != Q_OK) {
+        q_warn("%s: no usable chat template (%s); /v1/chat/completions will answer 400", dir, q_lasterr());
+        tmpl = NULL;
+    }
+    if (metrics_create(&metrics) != Q_OK) goto out;
+
+    int max_pos = m->cfg.max_positions > 0 ? m->cfg.max_positions : SERVE_DEFAULT_CONTEXT;
+    int n_ctx = o.context ? (int)o.context : (max_pos < SERVE_DEFAULT_CONTEXT ? max_pos : SERVE_DEFAULT_CONTEXT);
+    if (o.context && o.context > max_pos)
+        q_warn("--context %lld is more than the model's max_position_embeddings (%d)", o.context, max_pos);
+
+    s.model = m;
+    s.tok = tok;
+    s.tmpl = tmpl;
+    s.metrics = metrics;
+    s.n_ctx = n_ctx;
+    s.n_parallel = (int)o.parallel;
+    s.n_vocab = m->cfg.vocab_size;
+    s.started = (long long)time(NULL);
+    s.weights_bytes = m->w.n_bytes;
+    s.slot_bytes = qwen35_kv_bytes_per_token(&m->cfg) * n_ctx + qwen35_gdn_state_bytes(&m->cfg);
+    static const char *const END_TOKENS[] = {"<|im_end|>", "<|endoftext|>"};
+    for (size_t i = 0; i < sizeof END_TOKENS / sizeof END_TOKENS[0]; i++) {
+        int32_t id = tok_token_id(tok, END_TOKENS[i]);
+        if (id >= 0 && s.n_end < SERVER_MAX_END_IDS) s.end_ids[s.n_end++] = id;
+    }
+    if (o.name) {
+        snprintf(s.model_name, sizeof s.model_name, "%s", o.name);
+    } else {
+        char tmp[1024];
+        snprintf(tmp, sizeof tmp, "%s", dir);
+        size_t n = strlen(tmp);
+        while (n > 1 && tmp[n - 1] == '/') tmp[--n] = 0;
+        snprintf(s.model_name, sizeof s.model_name, "%s", basename(tmp));
+    }
+    if (pthread_rwlock_init(&s.engine_lock, NULL)) goto out;
+    lock_ready = 1;
+
+    qengine_params ep = {.n_parallel = (int)o.parallel, .n_ctx = n_ctx, .prefill_chunk = (int)o.prefill_chunk,
+                         .queue_cap = (int)o.queue};
+    if (engine_create(m, &ep, &s.engine) != Q_OK) {
+        fprintf(stderr, "quill serve: engine: %s\n", q_lasterr());
+        goto out;
+    }
+    if (http_start(&s, o.host, (int)o.port, &http) != Q_OK) {
+        fprintf(stderr, "quill serve: %s\n", q_lasterr());
+        goto out;
+    }
+    q_info("quill serve: %s (%s) on http://%s:%lld, %d slots x %d positions, queue %lld", dir, s.model_name, o.host,
+           o.port, s.n_parallel, n_ctx, o.queue);
+
+    int sig = http_wait_signal();
+    q_info("quill serve: signal %d: stopping", sig);
+    http_quiesce(http);
+    rc = 0;
+out:
+    atomic_store(&s.stopping, 1);
+    if (lock_ready) pthread_rwlock_wrlock(&s.engine_lock);
+    engine_destroy(s.engine); /* every running stream ends; its client sees the end */
+    s.engine = NULL;
+    if (lock_ready) pthread_rwlock_unlock(&s.engine_lock);
+    http_stop(http);
+    if (lock_ready) pthread_rwlock_destroy(&s.engine_lock);
+    metrics_destroy(metrics);
+    chat_template_free(tmpl);
+    tok_free(tok);
+    qwen35_close(m);
+    if (be) be->ops->destroy(be);
+    if (rc == 0) q_info("quill serve: stopped");
+    return rc;
+}

@@ -1,0 +1,381 @@
+/* engine.c: continuous batching. One engine thread runs rounds over the streams in the slots; client
+ * threads submit, read and cancel through requests (engine_req.c) and never wait on a round.
+ *
+ * Governing idea (DESIGN.md "Rounds"): each round is ONE qwen35_forward over every decoding stream's
+ * next row plus at most one prefill chunk of the oldest stream still prefilling; then each stream that
+ * produced logits samples and hands its token over on its own. Because every row is computed as if
+ * alone (EXACT(batch), tests/golden/test_model_batch.c), prefill is cut where generate() cuts it
+ * (EXACT(chunk)) and sampling is keyed by (seed, position) at the same position generate() uses, a
+ * stream's tokens equal generate()'s: tests/unit/engine/test_engine.c compares their hashes.
+ *
+ * A stream's life (slot phases in slot.h; DONE means its request's finish is set):
+ *
+ *   WAITING --admit_waiting/slot_admit--> PREFILL --stream_commit (last chunk's logits)--> DECODE
+ *   (queue)                               (slot)   \                                      (slot)
+ *      |                                            +-- stream_commit: eos / max_tokens ----+ |
+ *      |  drop_cancelled_waiting                        stream_end: cancel / forward error  | |
+ *      +-------------------------------------------------------------------------------> DONE <+
+ *                                                                    (stream_commit, stream_end)
+ *
+ * Threads and locks. e->mu guards the (mu) fields of struct qengine: the waiting queue, n_running
+ * (busy slots, also what engine_submit's capacity check counts), the stop flag and the statistics.
+ * e->wake wakes the engine thread on submit and stop; it sleeps there only when no stream is
+ * waiting or running, so it never polls. Everything else in struct qengine (slots, row/logit
+ * buffers) belongs to the engine thread alone. Request fields have their own mutex; the engine
+ * takes e->mu before a request's mutex when it ever holds both (engine_internal.h).
+ *
+ * Capacity: engine_submit accepts while waiting + running < queue_cap + n_parallel, so with
+ * n_parallel 1 and queue_cap 2 the 4th concurrent request gets Q_EFULL whether or not the engine has
+ * admitted the first yet.
+ *
+ * Not here: the request object and client calls (engine_req.c), slot bookkeeping (slot.c), the FIFO
+ * (reqqueue.c), the forward (model/qwen35.c), sampling (sample.c). */
+#include "engine.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/log.h"
+#include "engine_internal.h"
+#include "reqqueue.h"
+#include "slot.h"
+
+struct qengine {
+    qwen35_model *m;           /* borrowed */
+    qengine_params p;          /* validated copy */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;       /* submit, stop */
+    int stop;                  /* (mu) engine_destroy asked the thread to end */
+    reqqueue queue;            /* (mu) WAITING requests, the engine's references; cap queue_cap + n_parallel */
+    int n_running;             /* (mu) busy slots (those being admitted included) */
+    qengine_stats stats;       /* (mu) running/waiting are filled in by engine_get_stats */
+    /* engine thread only */
+    slot_table slots;
+    qrow *rows;                /* [n_parallel + prefill_chunk] the round's rows */
+    float *logits;             /* [n_parallel][vocab]: at most one logits row per busy slot */
+    sample_cand *work;         /* [vocab] sampling scratch */
+    int *batch;                /* [n_parallel] slots with rows in the round */
+    qreq **taken;              /* [queue cap] requests moved out of the queue this round */
+};
+
+qengine_params engine_params_default(void) {
+    return (qengine_params){.n_parallel = 1, .n_ctx = 4096, .prefill_chunk = 512, .queue_cap = 64};
+}
+
+static qstatus check_params(const qengine_params *p) {
+    if (!p) return q_fail(Q_EINVAL, "engine: missing parameters");
+    if (p->n_parallel < 1) return q_fail(Q_EINVAL, "n_parallel: must be at least 1 (got %d)", p->n_parallel);
+    if (p->n_ctx < 2) return q_fail(Q_EINVAL, "n_ctx: must be at least 2 (got %d)", p->n_ctx);
+    if (p->prefill_chunk < 1)
+        return q_fail(Q_EINVAL, "prefill_chunk: must be at least 1 (got %d)", p->prefill_chunk);
+    if (p->queue_cap < 0) return q_fail(Q_EINVAL, "queue_cap: must not be negative (got %d)", p->queue_cap);
+    if (p->queue_cap > (1 << 24) || p->n_parallel > (1 << 16) || p->prefill_chunk > (1 << 24))
+        return q_fail(Q_EINVAL, "engine: n_parallel %d, prefill_chunk %d or queue_cap %d is too large",
+                      p->n_parallel, p->prefill_chunk, p->queue_cap);
+    return Q_OK;
+}
+
+/* ---- stream transitions (engine thread) -------------------------------------------------------- */
+
+static int is_eos(const qwen35_config *c, int32_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id) return 1;
+    return 0;
+}
+
+/* PREFILL/DECODE -> DONE: frees slot i, then hands over tok (if >= 0) and the finish reason. The
+ * slot is counted free before the client can see the end, so stats read after it are settled. */
+static void stream_end(qengine *e, int i, int32_t tok, qfinish why, const char *err) {
+    qreq *r = slot_vacate(&e->slots, i);
+    pthread_mutex_lock(&e->mu);
+    e->n_running--;
+    pthread_mutex_unlock(&e->mu);
+    req_deliver(r, tok, why, err);
+    req_unref(r); /* the engine's reference */
+}
+
+/* Samples slot i's next token from its logits and moves the stream on: PREFILL -> DECODE on its
+ * first token, DECODE -> DECODE, or -> DONE on an eos (not handed over) or at max_tokens. */
+static void stream_commit(qengine *e, int i, const float *logits) {
+    qslot *s = &e->slots.slots[i];
+    qreq *r = s->req;
+    const qwen35_config *c = &e->m->cfg;
+    /* EXACT(batch): keyed by the stream's own n_past, the position generate() passes (the one the
+     * sampled token will occupy); tests/unit/engine/test_engine.c (test_alone_vs_batched). */
+    int32_t tok = sample_token(logits, c->vocab_size, &r->sampling, s->st->n_past, e->work);
+    s->n_gen++;
+    if (!r->ignore_eos && is_eos(c, tok)) {
+        stream_end(e, i, -1, QFINISH_STOP, NULL);
+    } else if (s->n_gen >= r->max_tokens) {
+        stream_end(e, i, tok, QFINISH_LENGTH, NULL); /* the last token needs no forward */
+    } else {
+        s->phase = SLOT_DECODE;
+        s->next_token = tok;
+        req_deliver(r, tok, QFINISH_NONE, NULL);
+        assert(slot_check(&e->slots, i));
+    }
+}
+
+/* ---- admission and cancellation ---------------------------------------------------------------- */
+
+static int cancel_asked(qreq *r) {
+    return req_cancel_asked(r) != QFINISH_NONE;
+}
+
+/* WAITING -> DONE for queued requests whose client cancelled: they never take a slot. Called with
+ * e->mu held; returns how many were moved to e->taken. */
+static int drop_cancelled_waiting(qengine *e) {
+    return reqqueue_remove_if(&e->queue, cancel_asked, e->taken);
+}
+
+/* WAITING -> PREFILL: moves queued requests into free slots (oldest first). With e->mu held only the
+ * bookkeeping moves (n_running counts them at once); the state resets run after unlocking. Returns
+ * how many were moved, in e->taken from index `from`. */
+static int take_waiting(qengine *e, int from) {
+    int n = 0;
+    while (e->n_running < e->p.n_parallel && e->queue.n > 0) {
+        e->taken[from + n++] = reqqueue_pop(&e->queue);
+        e->n_running++;
+    }
+    return n;
+}
+
+static void admit_waiting(qengine *e, qreq *r) {
+    int i = slot_find_free(&e->slots);
+    qstatus st = i < 0 ? q_fail(Q_EINVAL, "engine: no free slot for an admitted request") /* n_running bug */
+                       : slot_admit(e->m, &e->slots, i, r);
+    if (st == Q_OK) {
+        assert(slot_check(&e->slots, i));
+        return;
+    }
+    char msg[REQ_ERROR_BYTES];
+    snprintf(msg, sizeof msg, "admission failed: %s", q_lasterr());
+    q_error("engine: %s", msg);
+    pthread_mutex_lock(&e->mu);
+    e->n_running--;
+    pthread_mutex_unlock(&e->mu);
+    req_deliver(r, -1, QFINISH_ERROR, msg);
+    req_unref(r);
+}
+
+/* PREFILL/DECODE -> DONE for streams whose client cancelled (at the start of a round). */
+static void end_cancelled(qengine *e) {
+    for (int i = 0; i < e->slots.n; i++) {
+        qslot *s = &e->slots.slots[i];
+        if (s->phase == SLOT_FREE) continue;
+        qfinish why = req_cancel_asked(s->req);
+        if (why != QFINISH_NONE) stream_end(e, i, -1, why, NULL);
+    }
+}
+
+/* ---- a round ----------------------------------------------------------------------------------- */
+
+/* Appends the next prefill chunk of slot i to the round; returns the new row count.
+ * EXACT(chunk): the chunk ends at the next multiple of prefill_chunk from position 0 (or at the
+ * prompt's end), exactly where generate.c's prefill() cuts, never where a row budget runs out;
+ * tests/unit/engine/test_engine.c runs prompts of 3..150 rows with chunk 64 against generate(). */
+static int add_prefill_rows(qengine *e, int i, int n) {
+    const qslot *s = &e->slots.slots[i];
+    const qreq *r = s->req;
+    const int chunk = e->p.prefill_chunk;
+    const int pos = s->st->n_past; /* == prompt rows done: the state started at 0 */
+    int end = (pos / chunk + 1) * chunk;
+    if (end > r->n_prompt) end = r->n_prompt;
+    for (int p = pos; p < end; p++) {
+        int last = p == r->n_prompt - 1;
+        e->rows[n++] = (qrow){.stream = i, .pos = p, .token = r->prompt[p],
+                              .flags = QROW_PREFILL | (last ? QROW_LOGITS : 0u)};
+    }
+    return n;
+}
+
+/* Builds and runs one round, then commits every stream that got logits. */
+static void run_round(qengine *e) {
+    slot_table *t = &e->slots;
+    int n = 0, n_batch = 0;
+    for (int i = 0; i < t->n; i++) { /* every decoding stream's next row */
+        qslot *s = &t->slots[i];
+        if (s->phase != SLOT_DECODE) continue;
+        e->rows[n++] = (qrow){.stream = i, .pos = s->st->n_past, .token = s->next_token, .flags = QROW_LOGITS};
+        e->batch[n_batch++] = i;
+    }
+    const int n_decode = n;
+    int pf = slot_oldest_prefill(t); /* plus at most one prefill chunk */
+    if (pf >= 0) {
+        n = add_prefill_rows(e, pf, n);
+        e->batch[n_batch++] = pf;
+    }
+    if (n == 0) return;
+
+    double t0 = req_now();
+    qstatus rc = qwen35_forward(e->m, e->rows, n, t->states, e->logits);
+    double dt = req_now() - t0;
+    if (rc != Q_OK) {
+        /* A failed forward leaves every stream of the batch undefined (qwen35.h): end them all. Their
+         * states are reset when the slots are next admitted into (slot_admit). */
+        char msg[REQ_ERROR_BYTES];
+        snprintf(msg, sizeof msg, "forward failed: %s", q_lasterr());
+        q_error("engine: %s (%d streams ended)", msg, n_batch);
+        for (int k = 0; k < n_batch; k++) stream_end(e, e->batch[k], -1, QFINISH_ERROR, msg);
+        return;
+    }
+    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & QROW_LOGITS) ? 1 : 0);
+    pthread_mutex_lock(&e->mu);
+    /* Mixed rounds split the forward's time by rows: a decode row and a prompt row cost about the same
+     * in the dense layers, which dominate. */
+    e->stats.prompt_tokens += (uint64_t)(n - n_decode);
+    e->stats.completion_tokens += (uint64_t)n_logits; /* sampled tokens, an eos included */
+    e->stats.prefill_seconds += dt * (double)(n - n_decode) / n;
+    e->stats.decode_seconds += dt * (double)n_decode / n;
+    pthread_mutex_unlock(&e->mu);
+
+    for (int k = 0, j = 0; k < n; k++) { /* logits come back in row order */
+        if (!(e->rows[k].flags & QROW_LOGITS)) continue;
+        stream_commit(e, e->rows[k].stream, e->logits + (size_t)(j++) * e->m->cfg.vocab_size);
+    }
+    assert(pf < 0 || t->slots[pf].phase != SLOT_PREFILL || slot_check(t, pf));
+}
+
+/* ---- the engine thread ------------------------------------------------------------------------- */
+
+/* Ends everything still held (engine_destroy): running streams and waiting requests, CANCELLED. */
+static void drain(qengine *e) {
+    for (int i = 0; i < e->slots.n; i++)
+        if (e->slots.slots[i].phase != SLOT_FREE) stream_end(e, i, -1, QFINISH_CANCELLED, NULL);
+    pthread_mutex_lock(&e->mu);
+    int n = 0;
+    for (qreq *r; (r = reqqueue_pop(&e->queue));) e->taken[n++] = r;
+    pthread_mutex_unlock(&e->mu);
+    for (int k = 0; k < n; k++) {
+        req_deliver(e->taken[k], -1, QFINISH_CANCELLED, NULL);
+        req_unref(e->taken[k]);
+    }
+}
+
+static void *engine_main(void *arg) {
+    qengine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->queue.n == 0 && e->n_running == 0) pthread_cond_wait(&e->wake, &e->mu);
+        if (e->stop) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        assert(e->n_running == e->slots.n_busy); /* every earlier admission has completed */
+        int n_drop = drop_cancelled_waiting(e);
+        int n_take = take_waiting(e, n_drop);
+        pthread_mutex_unlock(&e->mu);
+
+        for (int k = 0; k < n_drop; k++) {
+            req_deliver(e->taken[k], -1, req_cancel_asked(e->taken[k]), NULL);
+            req_unref(e->taken[k]);
+        }
+        for (int k = 0; k < n_take; k++) admit_waiting(e, e->taken[n_drop + k]);
+        end_cancelled(e);
+        run_round(e);
+    }
+    drain(e);
+    return NULL;
+}
+
+/* ---- public API -------------------------------------------------------------------------------- */
+
+void engine_destroy(qengine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1;
+        pthread_cond_signal(&e->wake);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+        pthread_cond_destroy(&e->wake);
+        pthread_mutex_destroy(&e->mu);
+    }
+    slot_table_fini(e->m, &e->slots);
+    reqqueue_fini(&e->queue);
+    free(e->rows);
+    free(e->logits);
+    free(e->work);
+    free(e->batch);
+    free(e->taken);
+    free(e);
+}
+
+qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
+    *out = NULL;
+    if (!m) return q_fail(Q_EINVAL, "engine: no model");
+    Q_TRY(check_params(p));
+    qengine *e = calloc(1, sizeof *e);
+    if (!e) return q_fail(Q_ENOMEM, "engine: out of memory");
+    e->m = m;
+    e->p = *p;
+    const int V = m->cfg.vocab_size, cap = p->queue_cap + p->n_parallel;
+    qstatus st = slot_table_init(m, p->n_parallel, p->n_ctx, &e->slots);
+    if (st == Q_OK) st = reqqueue_init(&e->queue, cap);
+    if (st == Q_OK) {
+        e->rows = malloc((size_t)(p->n_parallel + p->prefill_chunk) * sizeof *e->rows);
+        e->logits = malloc((size_t)p->n_parallel * (size_t)V * sizeof *e->logits);
+        e->work = malloc((size_t)V * sizeof *e->work);
+        e->batch = malloc((size_t)p->n_parallel * sizeof *e->batch);
+        e->taken = malloc((size_t)cap * sizeof *e->taken);
+        if (!e->rows || !e->logits || !e->work || !e->batch || !e->taken)
+            st = q_fail(Q_ENOMEM, "engine: out of memory for round buffers (%d slots, vocab %d)",
+                        p->n_parallel, V);
+    }
+    if (st == Q_OK && pthread_mutex_init(&e->mu, NULL) != 0)
+        st = q_fail(Q_ENOMEM, "engine: cannot create its mutex");
+    if (st == Q_OK && pthread_cond_init(&e->wake, NULL) != 0) {
+        pthread_mutex_destroy(&e->mu);
+        st = q_fail(Q_ENOMEM, "engine: cannot create its condvar");
+    }
+    if (st == Q_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        pthread_cond_destroy(&e->wake);
+        pthread_mutex_destroy(&e->mu);
+        st = q_fail(Q_ENOMEM, "engine: cannot start its thread");
+    }
+    if (st != Q_OK) {
+        engine_destroy(e); /* thread_started == 0: frees what was made */
+        return st;
+    }
+    e->thread_started = 1;
+    *out = e;
+    return Q_OK;
+}
+
+qstatus engine_submit(qengine *e, const qreq_params *p, qreq **out) {
+    *out = NULL;
+    qreq *r = NULL;
+    Q_TRY(req_create(p, e->m->cfg.vocab_size, e->p.n_ctx, &r));
+    qstatus st = Q_OK;
+    pthread_mutex_lock(&e->mu);
+    if (e->stop) {
+        st = q_fail(Q_EFULL, "engine is shutting down");
+    } else if (e->queue.n + e->n_running >= e->p.queue_cap + e->p.n_parallel) {
+        st = q_fail(Q_EFULL, "engine: queue full (%d waiting, queue_cap %d; %d running)", e->queue.n,
+                    e->p.queue_cap, e->n_running);
+    } else {
+        st = reqqueue_push(&e->queue, r); /* cannot fail: the check above bounds it by the ring */
+        if (st == Q_OK) pthread_cond_signal(&e->wake);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != Q_OK) {
+        req_unref(r); /* both references: nobody else saw it */
+        req_unref(r);
+        return st;
+    }
+    *out = r;
+    return Q_OK;
+}
+
+void engine_get_stats(qengine *e, qengine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    out->running = e->n_running;
+    out->waiting = e->queue.n;
+    pthread_mutex_unlock(&e->mu);
+}

@@ -1,0 +1,358 @@
+/* qwen35.c: the Qwen3.5 text model's forward pass, written once over the backend's ops.
+ * Section numbers (§) refer to ../shared/reference/qwen35-architecture.md.
+ *
+ * One forward for everything: a batch is rows (stream, pos, token, flags); consecutive rows of one
+ * stream form a seq (qseq). Dense ops (matmul, norms, MLP) run over all rows at once; per-stream ops
+ * (attention, conv1d, gated delta rule) take the seq list with each seq's state pointers.
+ * EXACT(batch): every op computes a row the same way whatever else is in the batch, so a stream's
+ * logits do not depend on its neighbours (tests/golden/test_model_batch.c).
+ * EXACT(chunk): a seq runs the GDN chunked rule only when all its rows are prompt rows (QROW_PREFILL);
+ * the backend aligns its 64-row chunks to absolute positions.
+ * Not here: which rows run together (engine), sampling (engine/sample.c), loading (weights.c). */
+#include "qwen35.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Activation buffers for up to cap_rows rows, in backend memory; host arrays for the seq list. */
+typedef struct qwen35_scratch {
+    int cap_rows;
+    int32_t *ids, *pos;          /* [cap] backend */
+    float *x, *h, *out;          /* [cap][hidden] residual, normed input, block output */
+    float *qg, *q, *k, *v, *o;   /* attention: [cap][nq*2D], [cap][nq*D], [cap][nkv*D] x2, [cap][nq*D] */
+    float *qkv, *qkv_c, *z;      /* GDN: [cap][conv_dim] x2, [cap][Hv*dv] */
+    float *a, *b, *g, *beta;     /* GDN gates: [cap][Hv] */
+    float *go, *gn;              /* GDN output before/after the gated norm: [cap][Hv*dv] */
+    float *gate, *up;            /* MLP: [cap][intermediate] */
+    float *hl, *logits;          /* [cap][hidden], [cap][vocab]: rows that return logits */
+    /* host */
+    qseq *seqs;                  /* [cap] */
+    int *seq_stream;             /* [cap] stream index of each seq */
+    float **p0, **p1;            /* [cap] per-seq state pointers handed to the ops */
+    int32_t *host_ids, *host_pos;
+} qwen35_scratch;
+
+static int conv_dim(const qwen35_config *c) {
+    return 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
+}
+
+int64_t qwen35_kv_bytes_per_token(const qwen35_config *c) {
+    int n_attn = 0;
+    for (int l = 0; l < c->n_layers; l++) n_attn += c->layer_is_attn[l];
+    return (int64_t)n_attn * 2 * c->n_kv_heads * c->head_dim * (int64_t)sizeof(float);
+}
+
+int64_t qwen35_gdn_state_bytes(const qwen35_config *c) {
+    int n_gdn = 0;
+    for (int l = 0; l < c->n_layers; l++) n_gdn += !c->layer_is_attn[l];
+    int64_t S = (int64_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim;
+    int64_t conv = (int64_t)(c->conv_kernel - 1) * conv_dim(c);
+    return (int64_t)n_gdn * (S + conv) * (int64_t)sizeof(float);
+}
+
+/* ---- scratch ---------------------------------------------------------------------------------- */
+
+static void scratch_free(qbackend *be, qwen35_scratch *s) {
+    if (!s) return;
+    void *dev[] = {s->ids, s->pos, s->x, s->h, s->out, s->qg, s->q, s->k, s->v, s->o, s->qkv,
+                   s->qkv_c, s->z, s->a, s->b, s->g, s->beta, s->go, s->gn, s->gate, s->up,
+                   s->hl, s->logits};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) be->ops->free(be, dev[i]);
+    free(s->seqs);
+    free(s->seq_stream);
+    free(s->p0);
+    free(s->p1);
+    free(s->host_ids);
+    free(s->host_pos);
+    free(s);
+}
+
+/* Allocates scratch for cap rows. Returns NULL-safe owned struct in *out. */
+static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwen35_scratch **out) {
+    qwen35_scratch *s = calloc(1, sizeof *s);
+    if (!s) return q_fail(Q_ENOMEM, "scratch: out of memory");
+    s->cap_rows = cap;
+    const int64_t H = c->hidden, nqD = (int64_t)c->n_heads * c->head_dim;
+    const int64_t kvD = (int64_t)c->n_kv_heads * c->head_dim, Hv = c->lin_n_v_heads;
+    const int64_t vD = Hv * c->lin_v_dim;
+    struct { void **p; int64_t elems; size_t size; } plan[] = {
+        {(void **)&s->ids, 1, 4}, {(void **)&s->pos, 1, 4},
+        {(void **)&s->x, H, 4}, {(void **)&s->h, H, 4}, {(void **)&s->out, H, 4},
+        {(void **)&s->qg, 2 * nqD, 4}, {(void **)&s->q, nqD, 4}, {(void **)&s->k, kvD, 4},
+        {(void **)&s->v, kvD, 4}, {(void **)&s->o, nqD, 4},
+        {(void **)&s->qkv, conv_dim(c), 4}, {(void **)&s->qkv_c, conv_dim(c), 4},
+        {(void **)&s->z, vD, 4}, {(void **)&s->a, Hv, 4}, {(void **)&s->b, Hv, 4},
+        {(void **)&s->g, Hv, 4}, {(void **)&s->beta, Hv, 4}, {(void **)&s->go, vD, 4},
+        {(void **)&s->gn, vD, 4}, {(void **)&s->gate, c->intermediate, 4},
+        {(void **)&s->up, c->intermediate, 4}, {(void **)&s->hl, H, 4},
+        {(void **)&s->logits, c->vocab_size, 4},
+    };
+    for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+        qstatus st = be->ops->alloc(be, (size_t)(plan[i].elems * cap) * plan[i].size, plan[i].p);
+        if (st != Q_OK) { scratch_free(be, s); return q_wrap(st, "scratch for %d rows", cap); }
+    }
+    s->seqs = calloc((size_t)cap, sizeof *s->seqs);
+    s->seq_stream = calloc((size_t)cap, sizeof *s->seq_stream);
+    s->p0 = calloc((size_t)cap, sizeof *s->p0);
+    s->p1 = calloc((size_t)cap, sizeof *s->p1);
+    s->host_ids = calloc((size_t)cap, sizeof *s->host_ids);
+    s->host_pos = calloc((size_t)cap, sizeof *s->host_pos);
+    if (!s->seqs || !s->seq_stream || !s->p0 || !s->p1 || !s->host_ids || !s->host_pos) {
+        scratch_free(be, s);
+        return q_fail(Q_ENOMEM, "scratch: out of memory");
+    }
+    *out = s;
+    return Q_OK;
+}
+
+/* Makes sure the scratch holds n rows; grows (reallocates) to the next power of two at least 16. */
+static qstatus scratch_reserve(qwen35_model *m, int n) {
+    if (m->scratch && m->scratch->cap_rows >= n) return Q_OK;
+    int cap = 16;
+    while (cap < n) cap *= 2;
+    qwen35_scratch *s = NULL;
+    scratch_free(m->be, m->scratch);
+    m->scratch = NULL;
+    Q_TRY(scratch_create(m->be, &m->cfg, cap, &s));
+    m->scratch = s;
+    return Q_OK;
+}
+
+/* ---- open / close ------------------------------------------------------------------------------ */
+
+qstatus qwen35_open(const char *dir, qbackend *be, qwen35_model **out) {
+    qwen35_model *m = calloc(1, sizeof *m);
+    if (!m) return q_fail(Q_ENOMEM, "model: out of memory");
+    m->be = be;
+    qstatus st = qwen35_config_load(dir, &m->cfg);
+    if (st == Q_OK) st = qwen35_weights_load(be, dir, &m->cfg, &m->w);
+    if (st != Q_OK) {
+        qwen35_config_free(&m->cfg);
+        free(m);
+        return st;
+    }
+    *out = m;
+    return Q_OK;
+}
+
+void qwen35_close(qwen35_model *m) {
+    if (!m) return;
+    scratch_free(m->be, m->scratch);
+    qwen35_weights_free(m->be, &m->cfg, &m->w);
+    qwen35_config_free(&m->cfg);
+    free(m);
+}
+
+/* ---- state ------------------------------------------------------------------------------------- */
+
+void qwen35_state_destroy(qwen35_model *m, qwen35_state *st) {
+    if (!st) return;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        if (st->k_cache) m->be->ops->free(m->be, st->k_cache[l]);
+        if (st->v_cache) m->be->ops->free(m->be, st->v_cache[l]);
+        if (st->conv) m->be->ops->free(m->be, st->conv[l]);
+        if (st->S) m->be->ops->free(m->be, st->S[l]);
+    }
+    free(st->k_cache);
+    free(st->v_cache);
+    free(st->conv);
+    free(st->S);
+    free(st);
+}
+
+/* The per-layer arrays are indexed by layer number; entries of the other layer kind stay NULL. */
+qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out) {
+    const qwen35_config *c = &m->cfg;
+    if (n_ctx <= 0) return q_fail(Q_EINVAL, "state: context must be positive, got %d", n_ctx);
+    qwen35_state *st = calloc(1, sizeof *st);
+    if (!st) return q_fail(Q_ENOMEM, "state: out of memory");
+    st->n_ctx = n_ctx;
+    size_t L = (size_t)c->n_layers;
+    st->k_cache = calloc(L, sizeof(float *));
+    st->v_cache = calloc(L, sizeof(float *));
+    st->conv = calloc(L, sizeof(float *));
+    st->S = calloc(L, sizeof(float *));
+    if (!st->k_cache || !st->v_cache || !st->conv || !st->S) {
+        qwen35_state_destroy(m, st);
+        return q_fail(Q_ENOMEM, "state: out of memory");
+    }
+    const size_t kv = (size_t)n_ctx * c->n_kv_heads * c->head_dim * sizeof(float);
+    const size_t conv = (size_t)(c->conv_kernel - 1) * conv_dim(c) * sizeof(float);
+    const size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float);
+    qbackend *be = m->be;
+    for (int l = 0; l < c->n_layers; l++) {
+        qstatus s = Q_OK;
+        if (c->layer_is_attn[l]) {
+            s = be->ops->alloc(be, kv, (void **)&st->k_cache[l]);
+            if (s == Q_OK) s = be->ops->alloc(be, kv, (void **)&st->v_cache[l]);
+            st->n_bytes += 2 * (int64_t)kv;
+        } else {
+            s = be->ops->alloc(be, conv, (void **)&st->conv[l]);
+            if (s == Q_OK) s = be->ops->alloc(be, S, (void **)&st->S[l]);
+            st->n_bytes += (int64_t)(conv + S);
+        }
+        if (s != Q_OK) {
+            qwen35_state_destroy(m, st);
+            return q_wrap(s, "state for context %d", n_ctx);
+        }
+    }
+    *out = st;
+    return Q_OK;
+}
+
+/* K/V rows past n_past are never read, so only the recurrent states need zeroing. */
+qstatus qwen35_state_reset(qwen35_model *m, qwen35_state *st) {
+    const qwen35_config *c = &m->cfg;
+    const size_t conv = (size_t)(c->conv_kernel - 1) * conv_dim(c) * sizeof(float);
+    const size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float);
+    for (int l = 0; l < c->n_layers; l++) {
+        if (c->layer_is_attn[l]) continue;
+        Q_TRY(m->be->ops->zero(m->be, st->conv[l], conv));
+        Q_TRY(m->be->ops->zero(m->be, st->S[l], S));
+    }
+    st->n_past = 0;
+    return Q_OK;
+}
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+
+/* Cuts the rows into seqs and checks them: rows of a stream consecutive and at consecutive positions
+ * continuing the stream; each stream in one seq; tokens in the vocabulary; positions inside the
+ * stream's context. Returns the number of seqs and of rows that want logits. */
+static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
+                         int *n_seqs_out, int *n_logits_out) {
+    qwen35_scratch *s = m->scratch;
+    int n_seqs = 0, n_logits = 0;
+    for (int i = 0; i < n; i++) {
+        const qrow *r = &rows[i];
+        qwen35_state *st = r->stream >= 0 ? states[r->stream] : NULL;
+        if (!st) return q_fail(Q_EINVAL, "row %d: stream %d has no state", i, r->stream);
+        if (r->token < 0 || r->token >= m->cfg.vocab_size)
+            return q_fail(Q_EINVAL, "row %d: token id %d outside the vocabulary (0..%d)", i, r->token,
+                          m->cfg.vocab_size - 1);
+        if (r->pos < 0 || r->pos >= st->n_ctx)
+            return q_fail(Q_EINVAL, "row %d: position %d outside the stream's context %d", i, r->pos,
+                          st->n_ctx);
+        int chunked = (r->flags & QROW_PREFILL) != 0;
+        if (i > 0 && rows[i - 1].stream == r->stream) {
+            qseq *q = &s->seqs[n_seqs - 1];
+            if (r->pos != q->pos0 + q->n_rows)
+                return q_fail(Q_EINVAL, "row %d: position %d does not follow %d", i, r->pos,
+                              q->pos0 + q->n_rows - 1);
+            q->n_rows++;
+            q->chunked &= chunked;
+        } else {
+            for (int j = 0; j < n_seqs; j++)
+                if (s->seq_stream[j] == r->stream)
+                    return q_fail(Q_EINVAL, "row %d: stream %d's rows are not consecutive", i, r->stream);
+            if (r->pos != st->n_past)
+                return q_fail(Q_EINVAL, "row %d: stream %d is at position %d, row says %d", i,
+                              r->stream, st->n_past, r->pos);
+            s->seqs[n_seqs] = (qseq){.row0 = i, .n_rows = 1, .pos0 = r->pos, .chunked = chunked};
+            s->seq_stream[n_seqs++] = r->stream;
+        }
+        s->host_ids[i] = r->token;
+        s->host_pos[i] = r->pos;
+        n_logits += (r->flags & QROW_LOGITS) != 0;
+    }
+    *n_seqs_out = n_seqs;
+    *n_logits_out = n_logits;
+    return Q_OK;
+}
+
+/* §2.3 gated full attention over all rows; output in s->out. */
+static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state *const *states) {
+    const qwen35_config *c = &m->cfg;
+    const qwen35_attn_weights *w = &m->w.layers[l].attn;
+    qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    const int D = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads;
+    Q_TRY(be->ops->matmul(be, s->h, n, &w->q_proj, s->qg)); /* per head [query | gate] */
+    Q_TRY(be->ops->matmul(be, s->h, n, &w->k_proj, s->k));
+    Q_TRY(be->ops->matmul(be, s->h, n, &w->v_proj, s->v));
+    Q_TRY(be->ops->rmsnorm(be, s->qg, 2 * D, w->q_norm, (int64_t)n * nq, D, c->rms_eps, s->q, D));
+    Q_TRY(be->ops->rmsnorm(be, s->k, D, w->k_norm, (int64_t)n * nkv, D, c->rms_eps, s->k, D));
+    Q_TRY(be->ops->rope(be, s->q, n, nq, D, c->rot_dim, s->pos, c->rope_theta));
+    Q_TRY(be->ops->rope(be, s->k, n, nkv, D, c->rot_dim, s->pos, c->rope_theta));
+    for (int i = 0; i < n_seqs; i++) {
+        s->p0[i] = states[s->seq_stream[i]]->k_cache[l];
+        s->p1[i] = states[s->seq_stream[i]]->v_cache[l];
+    }
+    Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->p0, s->p1, nq, nkv, D,
+                             1.0f / sqrtf((float)D), s->o));
+    Q_TRY(be->ops->mul_sigmoid(be, s->o, s->qg + D, 2 * D, (int64_t)n * nq, D)); /* output gate */
+    return be->ops->matmul(be, s->o, n, &w->o_proj, s->out);
+}
+
+/* §2.4 Gated DeltaNet over all rows; output in s->out. */
+static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state *const *states) {
+    const qwen35_config *c = &m->cfg;
+    const qwen35_gdn_weights *w = &m->w.layers[l].gdn;
+    qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim};
+    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_qkv, s->qkv));
+    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_z, s->z));
+    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_b, s->b));
+    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_a, s->a));
+    for (int i = 0; i < n_seqs; i++) {
+        s->p0[i] = states[s->seq_stream[i]]->conv[l];
+        s->p1[i] = states[s->seq_stream[i]]->S[l];
+    }
+    Q_TRY(be->ops->conv1d_silu(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, conv_dim(c),
+                               c->conv_kernel, s->qkv_c));
+    Q_TRY(be->ops->gdn_gates(be, s->a, s->b, n, dims.n_v_heads, w->A_log, w->dt_bias, s->g, s->beta));
+    Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
+    Q_TRY(be->ops->gated_rmsnorm(be, s->go, s->z, w->norm_w, (int64_t)n * dims.n_v_heads,
+                                 dims.v_dim, c->rms_eps, s->gn));
+    return be->ops->matmul(be, s->gn, n, &w->out_proj, s->out);
+}
+
+/* §2.6 SwiGLU MLP; output in s->out. */
+static qstatus mlp_block(qwen35_model *m, int l, int n) {
+    const qwen35_layer *L = &m->w.layers[l];
+    qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    Q_TRY(be->ops->matmul(be, s->h, n, &L->gate_proj, s->gate));
+    Q_TRY(be->ops->matmul(be, s->h, n, &L->up_proj, s->up));
+    Q_TRY(be->ops->swiglu(be, s->gate, s->up, (int64_t)n * m->cfg.intermediate, s->gate));
+    return be->ops->matmul(be, s->gate, n, &L->down_proj, s->out);
+}
+
+qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
+                       float *logits) {
+    if (n <= 0) return q_fail(Q_EINVAL, "forward: empty batch");
+    Q_TRY(scratch_reserve(m, n));
+    const qwen35_config *c = &m->cfg;
+    qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    const int64_t H = c->hidden;
+    int n_seqs = 0, n_logits = 0;
+    Q_TRY(plan_seqs(m, rows, n, states, &n_seqs, &n_logits));
+    if (n_logits > 0 && !logits) return q_fail(Q_EINVAL, "forward: rows ask for logits but no buffer");
+
+    Q_TRY(be->ops->upload(be, s->ids, s->host_ids, (size_t)n * sizeof(int32_t)));
+    Q_TRY(be->ops->upload(be, s->pos, s->host_pos, (size_t)n * sizeof(int32_t)));
+    Q_TRY(be->ops->embed(be, &m->w.embed, s->ids, n, s->x)); /* §2.1: no scaling */
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const qwen35_layer *L = &m->w.layers[l];
+        Q_TRY(be->ops->rmsnorm(be, s->x, H, L->input_norm, n, (int)H, c->rms_eps, s->h, H));
+        if (L->is_attn) Q_TRY(attn_block(m, l, n, n_seqs, states));
+        else Q_TRY(gdn_block(m, l, n, n_seqs, states));
+        Q_TRY(be->ops->add(be, s->x, s->out, (int64_t)n * H));
+        Q_TRY(be->ops->rmsnorm(be, s->x, H, L->post_norm, n, (int)H, c->rms_eps, s->h, H));
+        Q_TRY(mlp_block(m, l, n));
+        Q_TRY(be->ops->add(be, s->x, s->out, (int64_t)n * H));
+    }
+    for (int i = 0; i < n_seqs; i++) states[s->seq_stream[i]]->n_past += s->seqs[i].n_rows;
+
+    if (n_logits == 0) return Q_OK;
+    for (int i = 0, j = 0; i < n; i++) /* gather the rows that want logits */
+        if (rows[i].flags & QROW_LOGITS)
+            Q_TRY(be->ops->copy(be, s->hl + (j++) * H, s->x + i * H, (size_t)H * sizeof(float)));
+    Q_TRY(be->ops->rmsnorm(be, s->hl, H, m->w.final_norm, n_logits, (int)H, c->rms_eps, s->hl, H));
+    Q_TRY(be->ops->matmul(be, s->hl, n_logits, &m->w.lm_head, s->logits));
+    return be->ops->download(be, logits, s->logits, (size_t)n_logits * c->vocab_size * sizeof(float));
+}

@@ -1,0 +1,92 @@
+/* weights_names.c: which checkpoint convention we are reading, decided once before any tensor is
+ * loaded (the one place for naming and norm-storage quirks; mlx-lm calls this `sanitize`).
+ *
+ * Conventions (reference/qwen35-architecture.md 1.1, 3.2):
+ *   HF nested  model.language_model.*          lm_head.*
+ *   MLX        language_model.model.*          language_model.lm_head.*
+ *   HF flat    model.*                         lm_head.*
+ * model.visual.*, vision_tower.* and mtp.* are never looked up, so they are skipped.
+ * Zero-centred norms (input/post_attention_layernorm, final norm, q_norm, k_norm) are stored as w by
+ * HF (initialised to 0) and as 1+w by MLX and other converters (reference 2.2). One decision holds for
+ * the whole checkpoint: the mean over every layer's input_layernorm weight, > 0.5 means 1+w.
+ * Not here: shapes and uploads (weights.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../util/log.h"
+#include "weights_internal.h"
+
+static const struct {
+    const char *model, *head;
+} conventions[] = {
+    {"model.language_model.", "lm_head"},
+    {"language_model.model.", "language_model.lm_head"},
+    {"model.", "lm_head"},
+};
+#define N_CONV ((int)(sizeof conventions / sizeof conventions[0]))
+
+qstatus weights_name(const wload *c, char *buf, size_t cap, int layer, const char *suffix) {
+    int n = layer < 0 ? snprintf(buf, cap, "%s%s", c->pfx, suffix)
+                      : snprintf(buf, cap, "%slayers.%d.%s", c->pfx, layer, suffix);
+    if (n < 0 || (size_t)n >= cap) return q_fail(Q_EINVAL, "%s: tensor name too long: %s...", c->dir, suffix);
+    return Q_OK;
+}
+
+qstatus weights_need(const wload *c, const char *name, const st_tensor **out) {
+    *out = st_find(c->st, name);
+    if (!*out) return q_fail(Q_EFORMAT, "%s: missing tensor %s", c->dir, name);
+    return Q_OK;
+}
+
+static qstatus detect_prefix(wload *c) {
+    char name[256];
+    for (int i = 0; i < N_CONV && !c->pfx; i++) {
+        snprintf(name, sizeof name, "%sembed_tokens.weight", conventions[i].model);
+        if (!st_find(c->st, name)) continue;
+        c->pfx = conventions[i].model;
+        c->head_pfx = conventions[i].head;
+        /* A head saved under another convention's name still counts (re-packaged checkpoints); when
+         * none exists the head is tied, or its absence is an error at load. */
+        snprintf(name, sizeof name, "%s.weight", c->head_pfx);
+        for (int j = 0; j < N_CONV && !st_find(c->st, name); j++) {
+            snprintf(name, sizeof name, "%s.weight", conventions[j].head);
+            if (st_find(c->st, name)) c->head_pfx = conventions[j].head;
+        }
+    }
+    if (!c->pfx)
+        return q_fail(Q_EFORMAT, "%s: no embed_tokens.weight under model.language_model., language_model.model. "
+                      "or model.: not a Qwen3.5 text checkpoint", c->dir);
+    return Q_OK;
+}
+
+static qstatus detect_norms(wload *c) {
+    int64_t hidden = c->cfg->hidden;
+    float *buf = malloc((size_t)hidden * sizeof *buf);
+    if (!buf) return q_fail(Q_ENOMEM, "%s: out of memory", c->dir);
+    double sum = 0;
+    qstatus st = Q_OK;
+    char name[256];
+    for (int l = 0; l < c->cfg->n_layers && !st; l++) {
+        const st_tensor *t;
+        st = weights_name(c, name, sizeof name, l, "input_layernorm.weight");
+        if (!st) st = weights_need(c, name, &t);
+        if (!st && (t->n_dims != 1 || t->shape[0] != hidden))
+            st = q_fail(Q_EFORMAT, "%s: tensor %s: shape has %d dims, expected [%lld]", t->file, name, t->n_dims,
+                        (long long)hidden);
+        if (!st) st = st_read_f32(t, buf, hidden);
+        for (int64_t i = 0; i < hidden && !st; i++) sum += buf[i];
+    }
+    free(buf);
+    if (st) return st;
+    double mean = sum / ((double)hidden * c->cfg->n_layers);
+    if (mean != mean) return q_fail(Q_EFORMAT, "%s: input_layernorm weights contain NaN", c->dir);
+    c->norms_plus_one = mean > 0.5;
+    q_debug("%s: input_layernorm mean %.4f: norms stored as %s", c->dir, mean, c->norms_plus_one ? "1+w" : "w");
+    return Q_OK;
+}
+
+qstatus weights_detect_layout(wload *c) {
+    Q_TRY(detect_prefix(c));
+    return detect_norms(c);
+}

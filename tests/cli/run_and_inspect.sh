@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# CLI checks of `quill run` and `quill inspect` on the bundled model and the golden fixtures.
+# usage: run_and_inspect.sh QUILL_BINARY SOURCE_DIR
+set -u
+quill=$1
+src=$2
+fails=0
+pass=0
+check() { # name, then a command that must succeed
+  local name=$1; shift
+  if "$@"; then pass=$((pass + 1)); else echo "FAIL: $name"; fails=$((fails + 1)); fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# run on the bundled model: 8 ids on one line, speed on stderr
+out=$("$quill" run --prompt-ids 1,2,3 -n 8 2>"$tmp/err")
+check "run bundled exits 0" test $? -eq 0
+check "run prints 8 ids" bash -c "echo '$out' | grep -Eq '^[0-9]+( [0-9]+){7}$'"
+check "run prints tokens/s" grep -q "tokens/s" "$tmp/err"
+
+# the same greedy ids through the CLI as the golden test expects (fixture a, prompt 1)
+fx=$src/tests/fixtures/models/flat-3gdn1attn
+if [ -f "$fx/goldens.json" ]; then
+  ids=$(python3 -c "import json;g=json.load(open('$fx/goldens.json'))['prompts'][1];print(','.join(map(str,g['ids'])));print(' '.join(map(str,g['greedy'])))" 2>/dev/null)
+  if [ -n "$ids" ]; then
+    prompt=$(echo "$ids" | sed -n 1p); want=$(echo "$ids" | sed -n 2p)
+    got=$("$quill" run "$fx" --prompt-ids "$prompt" -n 32 --ignore-eos 2>/dev/null)
+    check "run reproduces transformers' greedy ids" test "$got" = "$want"
+  fi
+fi
+
+# --dump-logits writes vocab float32s
+"$quill" run --prompt-ids 5 -n 1 --dump-logits "$tmp/l.f32" 2>/dev/null >/dev/null
+vocab=$("$quill" inspect 2>/dev/null | sed -n 's/.*vocab \([0-9]*\).*/\1/p' | head -1)
+check "dump-logits size" test "$(stat -c %s "$tmp/l.f32")" -eq $((vocab * 4))
+
+# sampling is reproducible for a seed
+a=$("$quill" run --prompt-ids 1,2 -n 16 --temperature 0.9 --top-p 0.9 --seed 42 2>/dev/null)
+b=$("$quill" run --prompt-ids 1,2 -n 16 --temperature 0.9 --top-p 0.9 --seed 42 2>/dev/null)
+check "seeded sampling reproducible" test "$a" = "$b"
+
+# errors: usage errors exit 2, runtime errors exit 1 with a message
+"$quill" run --prompt-ids 1,,2 >/dev/null 2>"$tmp/e1"; check "bad ids -> 2" test $? -eq 2
+"$quill" run --prompt-ids 1 -n -3 >/dev/null 2>&1; check "negative -n -> 2" test $? -eq 2
+"$quill" run --prompt-ids 1 --top-p 0 >/dev/null 2>&1; check "top-p 0 -> 2" test $? -eq 2
+"$quill" run "$tmp/none" --prompt-ids 1 >/dev/null 2>"$tmp/e2"; check "missing model -> 1" test $? -eq 1
+check "missing model named" grep -q "$tmp/none" "$tmp/e2"
+"$quill" run --prompt-ids 999999999 >/dev/null 2>"$tmp/e3"; check "token out of vocab -> 1" test $? -eq 1
+check "token out of vocab message" grep -q "vocabulary" "$tmp/e3"
+"$quill" frobnicate >/dev/null 2>&1; check "unknown command -> 2" test $? -eq 2
+
+# a truncated checkpoint is refused with the file named, no crash
+mkdir -p "$tmp/trunc"
+cp "$src/models/qwen35-tiny/config.json" "$tmp/trunc/"
+head -c 5000 "$src/models/qwen35-tiny/model.safetensors" >"$tmp/trunc/model.safetensors"
+"$quill" run "$tmp/trunc" --prompt-ids 1 >/dev/null 2>"$tmp/e4"; rc=$?
+check "truncated checkpoint -> 1" test $rc -eq 1
+check "truncated checkpoint names the file" grep -q "model.safetensors" "$tmp/e4"
+
+# inspect
+"$quill" inspect >"$tmp/inspect" 2>&1; check "inspect exits 0" test $? -eq 0
+check "inspect shows layers" grep -q "gated deltanet" "$tmp/inspect"
+check "inspect shows K/V per token" grep -q "K/V per token" "$tmp/inspect"
+"$quill" inspect "$src/tests/fixtures/models/gqa4-v2k-mlx4" >"$tmp/i2" 2>&1
+check "inspect MLX model shows affine" grep -q "MLX affine" "$tmp/i2"
+
+echo "$pass passed, $fails failed"
+[ "$fails" -eq 0 ]

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# tests/cuda/run.sh: the CUDA backend's checks, run on the GPU machine (see docs/performance.md and
+# tools/goldens/README.md). Builds quill with nvcc (sm_90a), then:
+#   1. every CUDA op against the CPU reference on random inputs, and EXACT(batch) on the GPU;
+#   2. every model golden (transformers' fp32 logits and greedy tokens) through the CUDA backend;
+#   3. the batch-invariance / chunking / prefill-vs-decode tests through the CUDA backend;
+#   4. compute-sanitizer memcheck and racecheck on a short `quill run`.
+# Prints one table; exits non-zero on any failure.
+set -u
+cd "$(dirname "$0")/../.."
+build=${BUILD:-build-cuda}
+log=${OUT:-/tmp}/cuda-tests.log
+: >"$log"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" >>"$log" 2>&1
+if [ $? -ne 0 ]; then tail -40 "$log"; echo "build failed"; exit 1; fi
+declare -a rows
+fails=0
+step() { # name, command...
+  local name=$1; shift
+  local t0=$(date +%s.%N)
+  "$@" >>"$log" 2>&1
+  local rc=$?
+  local dt=$(echo "$(date +%s.%N) - $t0" | bc)
+  rows+=("$(printf '| %-46s | %-4s | %6.1f s |' "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$dt")")
+  [ $rc -eq 0 ] || fails=$((fails + 1))
+}
+step "cuda ops vs cpu, batch invariance" "$build/cuda_test_cuda_ops"
+step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
+step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
+step "model goldens via cpu" env QUILL_TEST_BACKEND=cpu "$build/golden_test_model_goldens"
+step "compute-sanitizer memcheck: quill run" compute-sanitizer --tool memcheck --error-exitcode 9 \
+     "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 8
+step "compute-sanitizer racecheck: quill run" compute-sanitizer --tool racecheck --error-exitcode 9 \
+     "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
+grep -E '^\|' "$log" | grep -v -- '---' | head -60
+grep -E "rel err" "$log" | head -40
+echo
+echo "| check | result | time |"
+echo "|---|---|---|"
+printf '%s\n' "${rows[@]}"
+echo "$(( ${#rows[@]} - fails )) passed, $fails failed"
+[ $fails -eq 0 ]

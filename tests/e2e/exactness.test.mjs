@@ -1,0 +1,34 @@
+// exactness.test.mjs: the exactness contract seen from outside: 8 prompts answered one at a time and
+// then all at once (run.sh starts the server with --parallel 4, so 4 share each round and 4 wait in
+// the queue) give identical completion hashes, greedy and seeded.
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { client } from './lib.mjs';
+
+const oa = client();
+const PROMPTS = [
+  'The capital of France is', 'def fibonacci(n):', 'Once upon a time', '1, 2, 3, 4,',
+  'The quick brown fox jumps over', 'In the beginning', 'Hello, my name is', 'To be or not to be,',
+];
+const req = (p, i) => (i % 2 === 0
+  ? { model: 'x', prompt: p, max_tokens: 40 + 7 * i, temperature: 0, ignore_eos: true }
+  : { model: 'x', messages: [{ role: 'user', content: p }], max_tokens: 40 + 7 * i, temperature: 0.9, top_p: 0.9,
+    seed: 100 + i, ignore_eos: true });
+const run = (p, i) => (i % 2 === 0 ? oa.completions.create(req(p, i)) : oa.chat.completions.create(req(p, i)));
+
+test('8 prompts alone, then all at once: identical token hashes', async () => {
+  const alone = [];
+  for (let i = 0; i < PROMPTS.length; i++) alone.push((await run(PROMPTS[i], i)).quill.completion_hash);
+  const together = await Promise.all(PROMPTS.map((p, i) => run(p, i)));
+  assert.deepEqual(together.map((r) => r.quill.completion_hash), alone);
+  for (const [i, r] of together.entries()) assert.equal(r.usage.completion_tokens, 40 + 7 * i);
+  // And streamed, all at once.
+  const streamed = await Promise.all(PROMPTS.map(async (p, i) => {
+    const s = i % 2 === 0 ? await oa.completions.create({ ...req(p, i), stream: true })
+      : await oa.chat.completions.create({ ...req(p, i), stream: true });
+    let hash = null;
+    for await (const c of s) if (c.quill) hash = c.quill.completion_hash;
+    return hash;
+  }));
+  assert.deepEqual(streamed, alone);
+});

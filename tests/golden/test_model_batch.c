@@ -1,0 +1,198 @@
+/* test_model_batch.c: properties of one forward for everything, on a golden fixture model:
+ * - prefill-then-decode equals one whole-sequence pass (logits within 1e-4 relative);
+ * - EXACT(chunk): prefill cut into 64-, 128- or 512-row forwards gives bit-identical logits;
+ * - EXACT(batch): a stream batched with two others (one prefilling, one decoding) gets bit-identical
+ *   logits to the same stream alone;
+ * - bad batches (gaps, reordered rows, token out of range) are refused with a message. */
+#include "model_fixture.h"
+
+#include <string.h>
+
+#include "engine/generate.h"
+
+typedef struct env {
+    qbackend *be;
+    qwen35_model *m;
+    int V;
+} env;
+
+static int setup(void **state) {
+    static env e;
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/models/gqa4-v2k", QUILL_FIXTURES);
+    if (test_backend_create(&e.be) != Q_OK) {
+        fprintf(stderr, "%s\n", q_lasterr());
+        return -1;
+    }
+    if (qwen35_open(dir, e.be, &e.m) != Q_OK) {
+        fprintf(stderr, "%s\n", q_lasterr());
+        return -1;
+    }
+    e.V = e.m->cfg.vocab_size;
+    *state = &e;
+    return 0;
+}
+
+static int teardown(void **state) {
+    env *e = *state;
+    qwen35_close(e->m);
+    e->be->ops->destroy(e->be);
+    return 0;
+}
+
+static void make_prompt(int32_t *ids, int n, int V, unsigned seed) {
+    for (int i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        ids[i] = (int32_t)((seed >> 8) % (unsigned)V);
+    }
+}
+
+static void test_prefill_then_decode(void **state) {
+    env *e = *state;
+    int32_t ids[150];
+    make_prompt(ids, 150, e->V, 7);
+    float *whole = malloc((size_t)e->V * sizeof *whole), *split = malloc((size_t)e->V * sizeof *split);
+    qwen35_state *a = NULL, *b = NULL;
+    assert_ok(qwen35_state_create(e->m, 160, &a));
+    assert_ok(qwen35_state_create(e->m, 160, &b));
+    assert_ok(prefill(e->m, a, ids, 150, 512, whole));
+    assert_ok(prefill(e->m, b, ids, 140, 512, split));
+    for (int i = 140; i < 150; i++) { /* decode rows: the recurrent rule */
+        qrow r = {.stream = 0, .pos = i, .token = ids[i], .flags = QROW_LOGITS};
+        assert_ok(qwen35_forward(e->m, &r, 1, &b, split));
+    }
+    double err = rel_err(split, whole, (size_t)e->V);
+    printf("prefill 150 vs prefill 140 + decode 10: rel err %.2e\n", err);
+    assert_true(err <= 1e-4);
+    qwen35_state_destroy(e->m, a);
+    qwen35_state_destroy(e->m, b);
+    free(whole);
+    free(split);
+}
+
+static void test_chunk_cuts_exact(void **state) {
+    env *e = *state;
+    int32_t ids[300];
+    make_prompt(ids, 300, e->V, 11);
+    int chunks[] = {64, 128, 512};
+    float *ref = malloc((size_t)e->V * sizeof *ref), *got = malloc((size_t)e->V * sizeof *got);
+    for (int c = 0; c < 3; c++) {
+        qwen35_state *st = NULL;
+        assert_ok(qwen35_state_create(e->m, 300, &st));
+        assert_ok(prefill(e->m, st, ids, 300, chunks[c], c == 0 ? ref : got));
+        if (c > 0 && memcmp(ref, got, (size_t)e->V * sizeof *ref) != 0)
+            fail_msg("prefill in chunks of %d differs from chunks of 64", chunks[c]);
+        qwen35_state_destroy(e->m, st);
+    }
+    free(ref);
+    free(got);
+}
+
+/* Stream X: prefill 20, then decode 6 tokens (feeding fixed ids). Alone, then in batches where Y
+ * prefills a 200-token prompt in 64-row chunks and Z decodes, with X in the middle. */
+static void test_batch_invariance(void **state) {
+    env *e = *state;
+    const int V = e->V;
+    int32_t px[26], py[200], pz[40];
+    make_prompt(px, 26, V, 1);
+    make_prompt(py, 200, V, 2);
+    make_prompt(pz, 40, V, 3);
+    float alone[6][1024], together[6][1024];
+    assert_true(V <= 1024);
+    qwen35_state *x = NULL, *y = NULL, *z = NULL;
+    assert_ok(qwen35_state_create(e->m, 256, &x));
+    assert_ok(qwen35_state_create(e->m, 256, &y));
+    assert_ok(qwen35_state_create(e->m, 256, &z));
+
+    float *scratch = malloc((size_t)8 * V * sizeof *scratch);
+    assert_ok(prefill(e->m, x, px, 20, 512, scratch));
+    for (int t = 0; t < 6; t++) {
+        qrow r = {.stream = 0, .pos = 20 + t, .token = px[20 + t], .flags = QROW_LOGITS};
+        assert_ok(qwen35_forward(e->m, &r, 1, &x, alone[t]));
+    }
+
+    qwen35_state_reset(e->m, x);
+    assert_ok(prefill(e->m, x, px, 20, 512, scratch));
+    assert_ok(prefill(e->m, z, pz, 30, 512, scratch));
+    qwen35_state *states[3] = {y, x, z};
+    for (int t = 0; t < 6; t++) {
+        qrow rows[80];
+        int n = 0, ny = 0;
+        int y0 = y->n_past;
+        for (int j = 0; j < 64 && y0 + j < 200; j++, ny++) /* Y: one prefill chunk */
+            rows[n++] = (qrow){.stream = 0, .pos = y0 + j, .token = py[y0 + j], .flags = QROW_PREFILL};
+        rows[n++] = (qrow){.stream = 1, .pos = 20 + t, .token = px[20 + t], .flags = QROW_LOGITS};
+        rows[n++] = (qrow){.stream = 2, .pos = 30 + t, .token = pz[30 + t], .flags = QROW_LOGITS};
+        if (ny > 0) rows[ny - 1].flags |= QROW_LOGITS;
+        assert_ok(qwen35_forward(e->m, rows, n, states, scratch));
+        int j = (ny > 0) ? 1 : 0; /* logits come back in row order: Y's last, X, Z */
+        memcpy(together[t], scratch + (size_t)j * V, (size_t)V * sizeof(float));
+    }
+    for (int t = 0; t < 6; t++)
+        if (memcmp(alone[t], together[t], (size_t)V * sizeof(float)) != 0)
+            fail_msg("step %d: stream logits differ when batched with two others", t);
+    qwen35_state_destroy(e->m, x);
+    qwen35_state_destroy(e->m, y);
+    qwen35_state_destroy(e->m, z);
+    free(scratch);
+}
+
+/* EXACT(draft): k decode rows of one stream in one pass (as a draft block is verified) give the same
+ * bits as k passes of one row. */
+static void test_k_rows_equal_k_passes(void **state) {
+    env *e = *state;
+    const int V = e->V, k = 5;
+    int32_t ids[45];
+    make_prompt(ids, 45, V, 5);
+    float *serial = malloc((size_t)k * V * sizeof *serial), *block = malloc((size_t)k * V * sizeof *block);
+    float *scratch = malloc((size_t)V * sizeof *scratch);
+    qwen35_state *a = NULL, *b = NULL;
+    assert_ok(qwen35_state_create(e->m, 64, &a));
+    assert_ok(qwen35_state_create(e->m, 64, &b));
+    assert_ok(prefill(e->m, a, ids, 40, 512, scratch));
+    assert_ok(prefill(e->m, b, ids, 40, 512, scratch));
+    qrow rows[5];
+    for (int i = 0; i < k; i++) {
+        rows[i] = (qrow){.stream = 0, .pos = 40 + i, .token = ids[40 + i], .flags = QROW_LOGITS};
+        assert_ok(qwen35_forward(e->m, &rows[i], 1, &a, serial + (size_t)i * V));
+    }
+    assert_ok(qwen35_forward(e->m, rows, k, &b, block));
+    if (memcmp(serial, block, (size_t)k * V * sizeof(float)) != 0)
+        fail_msg("%d rows in one pass differ from %d passes of one row", k, k);
+    qwen35_state_destroy(e->m, a);
+    qwen35_state_destroy(e->m, b);
+    free(serial);
+    free(block);
+    free(scratch);
+}
+
+static void test_bad_batches(void **state) {
+    env *e = *state;
+    qwen35_state *x = NULL;
+    assert_ok(qwen35_state_create(e->m, 8, &x));
+    float *lg = malloc((size_t)e->V * 2 * sizeof *lg);
+    qrow gap[2] = {{0, 0, 1, 0}, {0, 2, 1, QROW_LOGITS}};
+    assert_int_equal(qwen35_forward(e->m, gap, 2, &x, lg), Q_EINVAL);
+    assert_non_null(strstr(q_lasterr(), "does not follow"));
+    qrow late = {0, 3, 1, QROW_LOGITS};
+    assert_int_equal(qwen35_forward(e->m, &late, 1, &x, lg), Q_EINVAL);
+    qrow badtok = {0, 0, e->V, QROW_LOGITS};
+    assert_int_equal(qwen35_forward(e->m, &badtok, 1, &x, lg), Q_EINVAL);
+    assert_non_null(strstr(q_lasterr(), "vocabulary"));
+    qrow past_ctx = {0, 8, 1, QROW_LOGITS};
+    assert_int_equal(qwen35_forward(e->m, &past_ctx, 1, &x, lg), Q_EINVAL);
+    assert_int_equal(x->n_past, 0);
+    free(lg);
+    qwen35_state_destroy(e->m, x);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_prefill_then_decode),
+        cmocka_unit_test(test_chunk_cuts_exact),
+        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_k_rows_equal_k_passes),
+        cmocka_unit_test(test_bad_batches),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
