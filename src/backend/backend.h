@@ -82,8 +82,14 @@ typedef struct qbackend_ops {
     qstatus (*rmsnorm)(qbackend *be, const float *x, int64_t x_stride, const float *w, int64_t n_vec,
                        int dim, float eps, float *y, int64_t y_stride);
 
-    /* y[n][W->n_out] = x[n][W->n_in] . W^T */
+    /* y[n][W->n_out] = x[n][W->n_in] . W^T, for decode rows (and draft blocks). */
     qstatus (*matmul)(qbackend *be, const float *x, int n, const qweight *W, float *y);
+
+    /* The same product for prompt rows (QROW_PREFILL). A backend may use other arithmetic here than in
+     * matmul (a tiled GEMM instead of a GEMV), as long as each row's result still does not depend on
+     * n: the model picks between the two by the kind of row, never by the size of the batch, so
+     * EXACT(batch) and EXACT(chunk) hold. */
+    qstatus (*matmul_prefill)(qbackend *be, const float *x, int n, const qweight *W, float *y);
 
     /* NeoX (rotate-half) RoPE in place on the first rot_dim dims of each head: pairs (j, j + rot/2)
      * rotate by pos[r] * theta^(-2j/rot). x: [n][n_heads][head_dim]; pos: backend int32 [n]. */

@@ -120,7 +120,7 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
     if (steps > 64) steps = 64;
     for (int t = -2; rc == Q_OK && t < steps; t++) { /* two warm-up steps */
         for (int s = 0; s < n_streams; s++)
-            rows[s] = (qrow){.stream = s, .pos = states[s]->n_past, .token = (t * 31 + s) % 1000 + 1, .flags = QROW_LOGITS};
+            rows[s] = (qrow){.stream = s, .pos = states[s]->n_past, .token = ((t + 2) * 31 + s) % 1000 + 1, .flags = QROW_LOGITS};
         double t0 = now_s();
         rc = qwen35_forward(m, rows, n_streams, states, logits);
         if (t >= 0) times[t] = now_s() - t0;

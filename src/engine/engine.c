@@ -8,14 +8,20 @@
  * (EXACT(chunk)) and sampling is keyed by (seed, position) at the same position generate() uses, a
  * stream's tokens equal generate()'s: tests/unit/engine/test_engine.c compares their hashes.
  *
- * A stream's life (slot phases in slot.h; DONE means its request's finish is set):
+ * A stream's life (the slot phases are in slot.h; DONE means the request's finish is set and the
+ * engine has dropped its reference):
  *
- *   WAITING --admit_waiting/slot_admit--> PREFILL --stream_commit (last chunk's logits)--> DECODE
- *   (queue)                               (slot)   \                                      (slot)
- *      |                                            +-- stream_commit: eos / max_tokens ----+ |
- *      |  drop_cancelled_waiting                        stream_end: cancel / forward error  | |
- *      +-------------------------------------------------------------------------------> DONE <+
- *                                                                    (stream_commit, stream_end)
+ *   WAITING --admit_waiting--> PREFILL --stream_commit--> DECODE --stream_commit--+
+ *   (queue)   (slot_admit:        |     (first token)       |     (next tokens)   |
+ *      |       state reset)       |                         +<--------------------+
+ *      v                          v                         v
+ *     DONE <----------------------+-------------------------+
+ *
+ *   WAITING -> DONE         drop_cancelled_waiting (cancelled in the queue), admit_waiting (the state
+ *                           reset failed: ERROR), drain (engine_destroy: CANCELLED)
+ *   PREFILL/DECODE -> DONE  stream_commit (eos: STOP, max_tokens: LENGTH), stream_end (cancel at the
+ *                           start of a round, forward error: ERROR, engine_destroy: CANCELLED); the
+ *                           slot is freed (slot_vacate) before the client sees the end
  *
  * Threads and locks. e->mu guards the (mu) fields of struct qengine: the waiting queue, n_running
  * (busy slots, also what engine_submit's capacity check counts), the stop flag and the statistics.
@@ -228,6 +234,7 @@ static void run_round(qengine *e) {
     pthread_mutex_lock(&e->mu);
     /* Mixed rounds split the forward's time by rows: a decode row and a prompt row cost about the same
      * in the dense layers, which dominate. */
+    e->stats.rounds++;
     e->stats.prompt_tokens += (uint64_t)(n - n_decode);
     e->stats.completion_tokens += (uint64_t)n_logits; /* sampled tokens, an eos included */
     e->stats.prefill_seconds += dt * (double)(n - n_decode) / n;

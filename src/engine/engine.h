@@ -57,6 +57,7 @@ typedef struct qengine_stats {
     int running, waiting;                       /* now */
     uint64_t prompt_tokens, completion_tokens;  /* since start */
     double prefill_seconds, decode_seconds;     /* forward time spent on each kind of row */
+    uint64_t rounds;                            /* forwards run since start */
 } qengine_stats;
 
 /* Starts the engine thread over model m (borrowed; must outlive the engine). */

@@ -28,6 +28,8 @@ typedef struct qwen35_scratch {
     float *hl, *logits;          /* [cap][hidden], [cap][vocab]: rows that return logits */
     /* host */
     qseq *seqs;                  /* [cap] */
+    int *range_start, *range_prefill; /* [cap] runs of rows of one kind (prompt or decode) */
+    int n_ranges;
     int *seq_stream;             /* [cap] stream index of each seq */
     float **p0, **p1;            /* [cap] per-seq state pointers handed to the ops */
     int32_t *host_ids, *host_pos;
@@ -60,6 +62,8 @@ static void scratch_free(qbackend *be, qwen35_scratch *s) {
                    s->hl, s->logits};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) be->ops->free(be, dev[i]);
     free(s->seqs);
+    free(s->range_start);
+    free(s->range_prefill);
     free(s->seq_stream);
     free(s->p0);
     free(s->p1);
@@ -93,12 +97,14 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
         if (st != Q_OK) { scratch_free(be, s); return q_wrap(st, "scratch for %d rows", cap); }
     }
     s->seqs = calloc((size_t)cap, sizeof *s->seqs);
+    s->range_start = calloc((size_t)cap + 1, sizeof *s->range_start);
+    s->range_prefill = calloc((size_t)cap, sizeof *s->range_prefill);
     s->seq_stream = calloc((size_t)cap, sizeof *s->seq_stream);
     s->p0 = calloc((size_t)cap, sizeof *s->p0);
     s->p1 = calloc((size_t)cap, sizeof *s->p1);
     s->host_ids = calloc((size_t)cap, sizeof *s->host_ids);
     s->host_pos = calloc((size_t)cap, sizeof *s->host_pos);
-    if (!s->seqs || !s->seq_stream || !s->p0 || !s->p1 || !s->host_ids || !s->host_pos) {
+    if (!s->seqs || !s->range_start || !s->range_prefill || !s->seq_stream || !s->p0 || !s->p1 || !s->host_ids || !s->host_pos) {
         scratch_free(be, s);
         return q_fail(Q_ENOMEM, "scratch: out of memory");
     }
@@ -224,6 +230,7 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
                          int *n_seqs_out, int *n_logits_out) {
     qwen35_scratch *s = m->scratch;
     int n_seqs = 0, n_logits = 0;
+    s->n_ranges = 0;
     for (int i = 0; i < n; i++) {
         const qrow *r = &rows[i];
         qwen35_state *st = r->stream >= 0 ? states[r->stream] : NULL;
@@ -252,12 +259,32 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
             s->seqs[n_seqs] = (qseq){.row0 = i, .n_rows = 1, .pos0 = r->pos, .chunked = chunked};
             s->seq_stream[n_seqs++] = r->stream;
         }
+        int prefill = (r->flags & QROW_PREFILL) != 0;
+        if (i == 0 || prefill != s->range_prefill[s->n_ranges - 1]) {
+            s->range_start[s->n_ranges] = i;
+            s->range_prefill[s->n_ranges++] = prefill;
+        }
         s->host_ids[i] = r->token;
         s->host_pos[i] = r->pos;
         n_logits += (r->flags & QROW_LOGITS) != 0;
     }
+    s->range_start[s->n_ranges] = n;
     *n_seqs_out = n_seqs;
     *n_logits_out = n_logits;
+    return Q_OK;
+}
+
+/* y = x . W^T over the batch's rows: prompt rows through matmul_prefill, decode rows through matmul.
+ * EXACT(batch): the kernel is chosen by the kind of row, never by how many rows there are. */
+static qstatus mm(qwen35_model *m, const float *x, const qweight *W, float *y) {
+    const qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    for (int r = 0; r < s->n_ranges; r++) {
+        int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
+        const float *xr = x + (int64_t)r0 * W->n_in;
+        float *yr = y + (int64_t)r0 * W->n_out;
+        Q_TRY(s->range_prefill[r] ? be->ops->matmul_prefill(be, xr, len, W, yr) : be->ops->matmul(be, xr, len, W, yr));
+    }
     return Q_OK;
 }
 
@@ -268,9 +295,9 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const int D = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads;
-    Q_TRY(be->ops->matmul(be, s->h, n, &w->q_proj, s->qg)); /* per head [query | gate] */
-    Q_TRY(be->ops->matmul(be, s->h, n, &w->k_proj, s->k));
-    Q_TRY(be->ops->matmul(be, s->h, n, &w->v_proj, s->v));
+    Q_TRY(mm(m, s->h, &w->q_proj, s->qg)); /* per head [query | gate] */
+    Q_TRY(mm(m, s->h, &w->k_proj, s->k));
+    Q_TRY(mm(m, s->h, &w->v_proj, s->v));
     Q_TRY(be->ops->rmsnorm(be, s->qg, 2 * D, w->q_norm, (int64_t)n * nq, D, c->rms_eps, s->q, D));
     Q_TRY(be->ops->rmsnorm(be, s->k, D, w->k_norm, (int64_t)n * nkv, D, c->rms_eps, s->k, D));
     Q_TRY(be->ops->rope(be, s->q, n, nq, D, c->rot_dim, s->pos, c->rope_theta));
@@ -282,7 +309,7 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->p0, s->p1, nq, nkv, D,
                              1.0f / sqrtf((float)D), s->o));
     Q_TRY(be->ops->mul_sigmoid(be, s->o, s->qg + D, 2 * D, (int64_t)n * nq, D)); /* output gate */
-    return be->ops->matmul(be, s->o, n, &w->o_proj, s->out);
+    return mm(m, s->o, &w->o_proj, s->out);
 }
 
 /* §2.4 Gated DeltaNet over all rows; output in s->out. */
@@ -292,10 +319,10 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim};
-    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_qkv, s->qkv));
-    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_z, s->z));
-    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_b, s->b));
-    Q_TRY(be->ops->matmul(be, s->h, n, &w->in_proj_a, s->a));
+    Q_TRY(mm(m, s->h, &w->in_proj_qkv, s->qkv));
+    Q_TRY(mm(m, s->h, &w->in_proj_z, s->z));
+    Q_TRY(mm(m, s->h, &w->in_proj_b, s->b));
+    Q_TRY(mm(m, s->h, &w->in_proj_a, s->a));
     for (int i = 0; i < n_seqs; i++) {
         s->p0[i] = states[s->seq_stream[i]]->conv[l];
         s->p1[i] = states[s->seq_stream[i]]->S[l];
@@ -306,7 +333,7 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
     Q_TRY(be->ops->gated_rmsnorm(be, s->go, s->z, w->norm_w, (int64_t)n * dims.n_v_heads,
                                  dims.v_dim, c->rms_eps, s->gn));
-    return be->ops->matmul(be, s->gn, n, &w->out_proj, s->out);
+    return mm(m, s->gn, &w->out_proj, s->out);
 }
 
 /* §2.6 SwiGLU MLP; output in s->out. */
@@ -314,10 +341,10 @@ static qstatus mlp_block(qwen35_model *m, int l, int n) {
     const qwen35_layer *L = &m->w.layers[l];
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
-    Q_TRY(be->ops->matmul(be, s->h, n, &L->gate_proj, s->gate));
-    Q_TRY(be->ops->matmul(be, s->h, n, &L->up_proj, s->up));
+    Q_TRY(mm(m, s->h, &L->gate_proj, s->gate));
+    Q_TRY(mm(m, s->h, &L->up_proj, s->up));
     Q_TRY(be->ops->swiglu(be, s->gate, s->up, (int64_t)n * m->cfg.intermediate, s->gate));
-    return be->ops->matmul(be, s->gate, n, &L->down_proj, s->out);
+    return mm(m, s->gate, &L->down_proj, s->out);
 }
 
 qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,

@@ -34,6 +34,7 @@ typedef struct completion {
     int32_t *prompt;    /* owned */
     int n_prompt, max_tokens;
     int n_seen;         /* ids read from the engine */
+    int think;          /* the rendered prompt opened a think block: reasoning_content is reported */
     int fd;
     int done;           /* the reply is complete (finish set) or failed */
     const char *finish; /* "stop" | "length" once done without failure */
@@ -300,7 +301,8 @@ void completion_handle(qsrv *s, const hreq *rq, int is_chat, hreply *out) {
     c->resp.include_usage = c->req.stream && c->req.include_usage;
     if (prompt_ids(c, &err)) goto bad;
     int has_end = is_chat && !c->req.ignore_eos;
-    if (reply_init(&c->reply, s->tok, (const char *const *)c->req.stop, c->req.n_stop, think_opened(c), s->end_ids,
+    c->think = think_opened(c);
+    if (reply_init(&c->reply, s->tok, (const char *const *)c->req.stop, c->req.n_stop, c->think, s->end_ids,
                    has_end ? s->n_end : 0) != Q_OK) {
         oai_fail(&err, 500, "", "out of memory");
         goto bad;
@@ -332,11 +334,10 @@ void completion_handle(qsrv *s, const hreq *rq, int is_chat, hreply *out) {
         if (c->err.http == 503) out->retry_after = 5;
     } else {
         oai_usage u = usage_of(c);
-        int think = c->reply.reason.in_think || c->reply.reasoning.n || think_opened(c);
         out->status = 200;
         out->ctype = "application/json";
         if (oai_response_body(&out->body, &c->resp, c->reply.content.p, c->reply.content.n,
-                              think ? (c->reply.reasoning.p ? c->reply.reasoning.p : "") : NULL,
+                              c->think ? (c->reply.reasoning.p ? c->reply.reasoning.p : "") : NULL,
                               c->reply.reasoning.n, c->finish, &u))
             server_error_reply(out, 500, "", "out of memory");
     }

@@ -225,6 +225,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
 }
 
+/* MHD's own messages (a client that went away mid-stream, a malformed request line) are routine for a
+ * server: debug level. */
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = 0;
+    q_debug("libmicrohttpd: %s", msg);
+}
+
 static void on_mhd_panic(void *cls, const char *file, unsigned line, const char *reason) {
     (void)cls;
     q_error("libmicrohttpd: %s:%u: %s", file ? file : "?", line, reason ? reason : "");
@@ -234,8 +245,9 @@ static void on_mhd_panic(void *cls, const char *file, unsigned line, const char 
 qstatus http_start(qsrv *s, const char *host, int port, qhttp **out) {
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL |
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL | MHD_USE_ITC |
                      MHD_USE_ERROR_LOG;
+    if (!strcmp(host, "localhost")) host = "127.0.0.1";
     struct sockaddr_in *v4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)&ss;
     if (inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
@@ -255,7 +267,7 @@ qstatus http_start(qsrv *s, const char *host, int port, qhttp **out) {
     h->d = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
                             (struct sockaddr *)&ss, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_CONNECTION_LIMIT,
-                            (unsigned)1024, MHD_OPTION_END);
+                            (unsigned)1024, MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL, MHD_OPTION_END);
     if (!h->d) {
         free(h);
         return q_fail(Q_EIO, "http: cannot listen on %s:%d (address in use, or not allowed)", host, port);

@@ -133,8 +133,14 @@ typedef struct jv {
 typedef struct jlist {
     jv *v;
     size_t n, cap;
-    int tuple; /* a Python tuple (literal or items() pair): only repr() differs */
+    int form; /* JL_*: which Python type this list stands for */
 } jlist;
+
+/* What a jlist is in Python. Lists and tuples differ only in repr(); dict views print as
+ * dict_keys([...]) and are neither subscriptable nor JSON; generators (what jinja2's map, select,
+ * reject, selectattr, rejectattr, reverse and items filters return) can be iterated but not
+ * printed, measured, indexed or serialized. */
+enum { JL_LIST, JL_TUPLE, JL_KEYS, JL_VALUES, JL_ITEMS, JL_GEN };
 
 typedef struct jdict {
     jv *key; /* strings (or other scalars for dict literals) */
@@ -244,8 +250,9 @@ typedef struct jctx {
     int depth; /* macro call depth */
 } jctx;
 
-/* Operators and access (jinja_ops.c); n is the node, for messages naming what was undefined. */
-qstatus jinja_op_undefined(jctx *cx, const jnode *n, const char *what);
+/* Operators and access (jinja_ops.c); n is the operation's node, for messages. jinja_op_undefined
+ * fails naming x, the expression that was undefined, and what was attempted on it. */
+qstatus jinja_op_undefined(jctx *cx, const jnode *x, const char *what);
 qstatus jinja_op_attr(jctx *cx, const jnode *n, jv obj, const char *s, size_t len, jv *out);
 qstatus jinja_op_item(jctx *cx, const jnode *n, jv obj, jv key, jv *out);
 qstatus jinja_op_slice(jctx *cx, const jnode *n, jv obj, const jv *p, jv *out); /* p: start, stop, step */

@@ -170,7 +170,7 @@ static qstatus eval_call(rctx *r, jscope *sc, const jnode *n, jv *out) {
             return FAIL(Q_EUNSUPPORTED, "unknown function '%.*s'", r->cx.line, (int)n->a->n, n->a->s);
         if (n->a->kind == JN_ATTR)
             return FAIL(Q_EUNSUPPORTED, "unknown method '%.*s'", r->cx.line, (int)n->a->n, n->a->s);
-        return jinja_op_undefined(&r->cx, n, "call");
+        return jinja_op_undefined(&r->cx, n->a, "call");
     default: return FAIL(Q_EINVAL, "'%s' object is not callable", r->cx.line, jv_kind_name(fn));
     }
 }
@@ -272,7 +272,7 @@ static qstatus eval_node(rctx *r, jscope *sc, const jnode *n, jv *out) {
         jlist *l = jl_new(r->cx.a, n->n_kids);
         if (!l) return OOM();
         for (size_t k = 0; k < n->n_kids; k++) Q_TRY(eval(r, sc, n->kids[k], &l->v[l->n++]));
-        l->tuple = n->neg;
+        l->form = n->neg ? JL_TUPLE : JL_LIST;
         out->k = JV_LIST, out->u.l = l;
         return Q_OK;
     }

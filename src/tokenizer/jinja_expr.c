@@ -210,16 +210,19 @@ static qstatus parse_filter_expr(parser *p, jnode *n, jnode **out) {
             if (is_op(p, "(")) {
                 Q_TRY(parse_args(p, m));
             } else {
+                /* jinja2: one bare argument unless the next token is else/or/and */
                 const jtok *t = peek(p);
-                int arg = t->kind == JT_STRING || t->kind == JT_INT || t->kind == JT_FLOAT ||
-                          is_op(p, "[") || is_op(p, "{") ||
-                          (t->kind == JT_NAME && !is_name(p, "else") && !is_name(p, "or") &&
-                           !is_name(p, "and") && !is_name(p, "if") && !is_name(p, "in") && !is_name(p, "is") &&
-                           !is_name(p, "not"));
+                int arg = t->kind == JT_STRING || t->kind == JT_INT || t->kind == JT_FLOAT || is_op(p, "[") ||
+                          is_op(p, "{") ||
+                          (t->kind == JT_NAME && !is_name(p, "else") && !is_name(p, "or") && !is_name(p, "and"));
+                if (is_name(p, "is")) return q_fail(Q_EINVAL, "chat template line %d: cannot chain tests with 'is'", line);
                 if (arg) {
                     jnode *e, **kids = ja_alloc(p->a, sizeof *kids);
                     if (!kids) return OOM();
-                    Q_TRY(parse_unary(p, 0, &e));
+                    Q_TRY(enter(p));
+                    Q_TRY(parse_primary(p, &e));
+                    Q_TRY(parse_postfix(p, e, &e));
+                    p->depth--;
                     kids[0] = e;
                     m->kids = kids, m->n_kids = 1;
                 }

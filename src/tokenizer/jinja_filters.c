@@ -10,8 +10,10 @@
  * Invariants: results live in the render arena; a name jinja2/Python knows but we do not implement
  * fails with Q_EUNSUPPORTED naming the line (never a silently different result). upper/lower handle
  * ASCII only and refuse other text. Not here: operators (jinja_eval.c). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "jinja.h"
 
@@ -221,6 +223,47 @@ static qstatus join(jctx *cx, jlist *l, jv sep, int strict, jv *out) {
 
 /* ---- methods --------------------------------------------------------------------------------- */
 
+/* Python float(s) for an already stripped s: [+-] digits [. digits] [e [+-] digits] with single
+ * underscores between digits, or inf/infinity/nan. 1 and *out on success. (int(s) accepts a
+ * subset of these, and jinja2's int filter falls back to float(s), so one parser serves both.) */
+static int parse_number(jv s, double *out) {
+    char tmp[80];
+    size_t m = 0, i = 0, n = s.u.s.n;
+    const char *p = s.u.s.p;
+    int digits = 0;
+    if (n == 0 || n >= sizeof tmp) return 0;
+    if (p[i] == '+' || p[i] == '-') tmp[m++] = p[i++];
+    const char *rest = p + i;
+    size_t rn = n - i;
+    static const char *const words[] = {"inf", "infinity", "nan"};
+    for (size_t w = 0; w < 3; w++)
+        if (rn == strlen(words[w]) && !strncasecmp(rest, words[w], rn)) {
+            memcpy(tmp + m, rest, rn);
+            tmp[m + rn] = 0;
+            *out = strtod(tmp, NULL);
+            return 1;
+        }
+    int seen_dot = 0, seen_e = 0;
+    for (; i < n; i++) {
+        char c = p[i];
+        if (c >= '0' && c <= '9') digits++;
+        else if (c == '_' && i > 0 && i + 1 < n && p[i - 1] >= '0' && p[i - 1] <= '9' && p[i + 1] >= '0' && p[i + 1] <= '9') continue;
+        else if (c == '.' && !seen_dot && !seen_e) seen_dot = 1;
+        else if ((c == 'e' || c == 'E') && digits && !seen_e) {
+            seen_e = 1;
+            tmp[m++] = c;
+            if (i + 1 < n && (p[i + 1] == '+' || p[i + 1] == '-')) tmp[m++] = p[++i];
+            if (i + 1 >= n || p[i + 1] < '0' || p[i + 1] > '9') return 0;
+            continue;
+        } else return 0;
+        tmp[m++] = c;
+    }
+    if (!digits) return 0;
+    tmp[m] = 0;
+    *out = strtod(tmp, NULL);
+    return 1;
+}
+
 static const char *const str_methods[] = {"startswith", "endswith", "split", "rsplit", "strip", "lstrip",
     "rstrip", "replace", "find", "count", "join", "upper", "lower", NULL};
 static const char *const str_python[] = {"capitalize", "casefold", "center", "encode", "expandtabs",
@@ -282,12 +325,13 @@ qstatus jinja_method_call(jctx *cx, const jmethod *m, const jv *args, size_t n_a
             if (!strcmp(nm, "items")) {
                 jlist *pair = jl_new(cx->a, 2);
                 if (!pair) return OOM();
-                pair->v[0] = d->key[i], pair->v[1] = d->val[i], pair->n = 2, pair->tuple = 1;
+                pair->v[0] = d->key[i], pair->v[1] = d->val[i], pair->n = 2, pair->form = JL_TUPLE;
                 l->v[l->n].k = JV_LIST, l->v[l->n++].u.l = pair;
             } else {
                 l->v[l->n++] = !strcmp(nm, "keys") ? d->key[i] : d->val[i];
             }
         }
+        l->form = !strcmp(nm, "items") ? JL_ITEMS : !strcmp(nm, "keys") ? JL_KEYS : JL_VALUES;
         out->k = JV_LIST, out->u.l = l;
         return Q_OK;
     }
@@ -364,7 +408,8 @@ qstatus jinja_test(jctx *cx, const char *name, size_t n, jv v, const jv *args, s
     else if (T("true")) *out = v.k == JV_BOOL && v.u.b;
     else if (T("false")) *out = v.k == JV_BOOL && !v.u.b;
     else if (T("mapping")) *out = v.k == JV_DICT;
-    else if (T("sequence") || T("iterable")) *out = v.k == JV_STR || v.k == JV_LIST || v.k == JV_DICT || v.k == JV_UNDEF;
+    else if (T("sequence")) *out = v.k == JV_STR || v.k == JV_DICT || v.k == JV_UNDEF || (v.k == JV_LIST && v.u.l->form <= JL_TUPLE);
+    else if (T("iterable")) *out = v.k == JV_STR || v.k == JV_LIST || v.k == JV_DICT || v.k == JV_UNDEF;
     else if (T("callable")) *out = v.k == JV_MACRO || v.k == JV_FUNC || v.k == JV_METHOD;
     else if (T("odd") || T("even") || T("divisibleby")) {
         if (v.k != JV_INT) return FAIL(Q_EINVAL, "test '%.*s' needs an integer", cx->line, (int)n, name);
@@ -443,6 +488,7 @@ static qstatus select_filter(jctx *cx, const char *name, size_t n, jv in, const 
         } else t = jv_truthy(x);
         if (t != reject && jl_push(cx->a, res, l->v[i])) return OOM();
     }
+    res->form = JL_GEN;
     out->k = JV_LIST, out->u.l = res;
     return Q_OK;
 }
@@ -477,7 +523,10 @@ qstatus jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jv *args
         switch (in.k) {
         case JV_UNDEF: *out = jv_int(0); return Q_OK;
         case JV_STR: *out = jv_int((int64_t)ju_count(in.u.s.p, in.u.s.n)); return Q_OK;
-        case JV_LIST: *out = jv_int((int64_t)in.u.l->n); return Q_OK;
+        case JV_LIST:
+            if (in.u.l->form == JL_GEN) return FAIL(Q_EINVAL, "object of type 'generator' has no len()", cx->line);
+            *out = jv_int((int64_t)in.u.l->n);
+            return Q_OK;
         case JV_DICT: *out = jv_int((int64_t)in.u.d->n); return Q_OK;
         default: return FAIL(Q_EINVAL, "object of type '%s' has no len()", cx->line, jv_kind_name(in));
         }
@@ -486,11 +535,16 @@ qstatus jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jv *args
         if (in.k == JV_UNDEF) return (out->k = JV_LIST, out->u.l = jl_new(cx->a, 0)) ? Q_OK : OOM();
         if (in.k != JV_DICT) return FAIL(Q_EINVAL, "items: can only get item pairs from a mapping, not a %s", cx->line, jv_kind_name(in));
         jmethod m = {.self = in, .name = "items"};
-        return jinja_method_call(cx, &m, NULL, 0, NULL, NULL, NULL, 0, out);
+        Q_TRY(jinja_method_call(cx, &m, NULL, 0, NULL, NULL, NULL, 0, out));
+        out->u.l->form = JL_GEN;
+        return Q_OK;
     }
     if (F("list")) {
         Q_TRY(jinja_iterate(cx, in, &l));
-        out->k = JV_LIST, out->u.l = l;
+        jlist *c = jl_new(cx->a, l->n);
+        if (!c) return OOM();
+        for (size_t i = 0; i < l->n; i++) c->v[c->n++] = l->v[i];
+        out->k = JV_LIST, out->u.l = c;
         return Q_OK;
     }
     if (F("first") || F("last") || F("reverse")) {
@@ -499,9 +553,11 @@ qstatus jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jv *args
             jlist *r = jl_new(cx->a, l->n);
             if (!r) return OOM();
             for (size_t i = l->n; i-- > 0;) r->v[r->n++] = l->v[i];
+            r->form = JL_GEN;
             if (in.k != JV_STR) { out->k = JV_LIST, out->u.l = r; return Q_OK; }
             return join(cx, r, jv_str("", 0), 0, out);
         }
+        if (F("last") && in.k == JV_LIST && in.u.l->form == JL_GEN) return FAIL(Q_EINVAL, "last: a generator is not reversible", cx->line);
         *out = !l->n ? jv_undef() : F("first") ? l->v[0] : l->v[l->n - 1];
         return Q_OK;
     }
@@ -547,18 +603,13 @@ qstatus jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jv *args
         int ok = 1;
         if (in.k == JV_INT || in.k == JV_BOOL) f = (double)(in.k == JV_INT ? in.u.i : in.u.b);
         else if (in.k == JV_FLOAT) f = in.u.f;
-        else if (in.k == JV_STR) {
-            char tmp[64], *end;
-            if (in.u.s.n >= sizeof tmp) ok = 0;
-            else {
-                memcpy(tmp, in.u.s.p, in.u.s.n);
-                tmp[in.u.s.n] = 0;
-                f = strtod(tmp, &end);
-                ok = end != tmp && *end == 0;
-            }
-        } else ok = 0;
+        else if (in.k == JV_STR) ok = parse_number(strip(in, NULL, 1, 1), &f);
+        else ok = 0;
+        if (want_int && ok && !isfinite(f)) ok = 0; /* int(nan/inf) fails: the default */
         if (!ok) *out = a0 ? *a0 : (want_int ? jv_int(0) : jv_float(0.0));
         else if (want_int && in.k == JV_INT) *out = in;
+        else if (want_int && !(f > -9.2e18 && f < 9.2e18))
+            return FAIL(Q_EUNSUPPORTED, "int: value out of range", cx->line);
         else *out = want_int ? jv_int((int64_t)f) : jv_float(f);
         return Q_OK;
     }
@@ -572,6 +623,7 @@ qstatus jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jv *args
             if (attr) m->v[m->n++] = attr_of(l->v[i], *attr);
             else Q_TRY(jinja_filter(cx, a0->u.s.p, a0->u.s.n, l->v[i], args + 1, n_args - 1, NULL, NULL, NULL, 0, &m->v[m->n++]));
         }
+        m->form = JL_GEN;
         out->k = JV_LIST, out->u.l = m;
         return Q_OK;
     }

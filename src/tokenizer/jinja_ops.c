@@ -13,8 +13,7 @@
 #define OOM() q_fail(Q_ENOMEM, "chat template: out of memory rendering")
 #define FAIL(st, ...) q_fail(st, "chat template line %d: " __VA_ARGS__)
 
-qstatus jinja_op_undefined(jctx *cx, const jnode *n, const char *what) {
-    const jnode *x = n->a ? n->a : n;
+qstatus jinja_op_undefined(jctx *cx, const jnode *x, const char *what) {
     if (x->kind == JN_NAME) return FAIL(Q_EINVAL, "'%.*s' is undefined (%s)", cx->line, (int)x->n, x->s, what);
     if (x->kind == JN_ATTR) return FAIL(Q_EINVAL, "attribute '%.*s' is undefined (%s)", cx->line, (int)x->n, x->s, what);
     return FAIL(Q_EINVAL, "undefined value (%s)", cx->line, what);
@@ -44,7 +43,7 @@ static qstatus loop_attr(jctx *cx, const jloop *lp, const char *s, size_t n, jv 
 qstatus jinja_op_attr(jctx *cx, const jnode *n, jv obj, const char *s, size_t len, jv *out) {
     int found = 0;
     switch (obj.k) {
-    case JV_UNDEF: return jinja_op_undefined(cx, n, "attribute access");
+    case JV_UNDEF: return jinja_op_undefined(cx, n->a, "attribute access");
     case JV_DICT:
         Q_TRY(jinja_method_lookup(cx, obj, s, len, out, &found));
         if (found) return Q_OK;
@@ -59,6 +58,15 @@ qstatus jinja_op_attr(jctx *cx, const jnode *n, jv obj, const char *s, size_t le
         if (!found) *out = jv_undef();
         return Q_OK;
     case JV_LOOP: return loop_attr(cx, obj.u.loop, s, len, out);
+    case JV_INT: case JV_FLOAT: case JV_BOOL: {
+        static const char *const num_attrs[] = {"real", "imag", "numerator", "denominator", "conjugate",
+            "bit_length", "bit_count", "to_bytes", "as_integer_ratio", "is_integer", "hex", NULL};
+        for (const char *const *a = num_attrs; *a; a++)
+            if (strlen(*a) == len && !memcmp(*a, s, len))
+                return FAIL(Q_EUNSUPPORTED, "attribute %s.%.*s not supported", cx->line, jv_kind_name(obj), (int)len, s);
+        *out = jv_undef();
+        return Q_OK;
+    }
     default: *out = jv_undef(); return Q_OK;
     }
 }
@@ -72,10 +80,13 @@ static int64_t py_index(jv key, size_t len) {
 
 qstatus jinja_op_item(jctx *cx, const jnode *n, jv obj, jv key, jv *out) {
     int intkey = key.k == JV_INT || key.k == JV_BOOL;
-    if (obj.k == JV_UNDEF) return jinja_op_undefined(cx, n, "subscript");
+    if (obj.k == JV_UNDEF) return jinja_op_undefined(cx, n->a, "subscript");
     if (obj.k == JV_DICT || obj.k == JV_NS) {
         const jv *v = jd_getv(obj.u.d, key);
         if (v) { *out = *v; return Q_OK; }
+    } else if (obj.k == JV_LIST && obj.u.l->form > JL_TUPLE) {
+        *out = jv_undef(); /* views and generators are not subscriptable: jinja2 gives undefined */
+        return Q_OK;
     } else if (obj.k == JV_LIST && intkey) {
         int64_t i = py_index(key, obj.u.l->n);
         *out = i < 0 ? jv_undef() : obj.u.l->v[i];
@@ -103,8 +114,15 @@ static int64_t clamp(int64_t v, int64_t len, int64_t lo, int64_t hi) {
 qstatus jinja_op_slice(jctx *cx, const jnode *n, jv obj, const jv *p, jv *out) {
     int64_t v[3], len;
     int has[3];
-    if (obj.k == JV_UNDEF) return jinja_op_undefined(cx, n, "slice");
-    if (obj.k != JV_LIST && obj.k != JV_STR) return FAIL(Q_EINVAL, "cannot slice a %s", cx->line, jv_kind_name(obj));
+    if (obj.k == JV_UNDEF) return jinja_op_undefined(cx, n->a, "slice");
+    if (obj.k == JV_LIST && obj.u.l->form > JL_TUPLE) {
+        *out = jv_undef();
+        return Q_OK;
+    }
+    if (obj.k != JV_LIST && obj.k != JV_STR) { /* not subscriptable: jinja2 gives undefined */
+        *out = jv_undef();
+        return Q_OK;
+    }
     len = obj.k == JV_LIST ? (int64_t)obj.u.l->n : (int64_t)ju_count(obj.u.s.p, obj.u.s.n);
     for (int k = 0; k < 3; k++) {
         has[k] = p[k].k != JV_UNDEF && p[k].k != JV_NONE;
@@ -177,6 +195,7 @@ qstatus jinja_op_binop(jctx *cx, const jnode *n, jv a, jv b, jv *out) {
     if (op == '~') return concat(cx, a, b, out);
     if (a.k == JV_UNDEF || b.k == JV_UNDEF) return jinja_op_undefined(cx, a.k == JV_UNDEF ? n->a : n->b, "arithmetic");
     if (op == '+' && a.k == JV_STR && b.k == JV_STR) return concat(cx, a, b, out);
+    if (op == '%' && a.k == JV_STR) return FAIL(Q_EUNSUPPORTED, "printf-style string formatting not supported", cx->line);
     if (op == '+' && a.k == JV_LIST && b.k == JV_LIST) {
         jlist *l = jl_new(cx->a, a.u.l->n + b.u.l->n);
         if (!l) return OOM();

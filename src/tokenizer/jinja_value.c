@@ -190,6 +190,8 @@ int jv_equal(jv a, jv b) {
 }
 
 const char *jv_kind_name(jv v) {
+    static const char *const forms[] = {"list", "tuple", "dict_keys", "dict_values", "dict_items", "generator"};
+    if (v.k == JV_LIST) return forms[v.u.l->form];
     static const char *const names[] = {"undefined", "none", "bool", "int", "float", "str", "list",
                                         "dict", "namespace", "macro", "function", "method", "loop"};
     return names[v.k];
@@ -303,15 +305,21 @@ static int text_form(jbuf *b, jv v, int repr, int depth) {
         if (repr) repr_str(b, v.u.s.p, v.u.s.n);
         else jb_put(b, v.u.s.p, v.u.s.n);
         return 0;
-    case JV_LIST:
-        jb_putc(b, v.u.l->tuple ? '(' : '[');
+    case JV_LIST: {
+        static const char *const view[] = {"", "", "dict_keys(", "dict_values(", "dict_items("};
+        int form = v.u.l->form, tuple = form == JL_TUPLE;
+        if (form == JL_GEN) return -1;
+        jb_puts(b, view[form]);
+        jb_putc(b, tuple ? '(' : '[');
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) jb_puts(b, ", ");
             if (text_form(b, v.u.l->v[i], 1, depth + 1)) return -1;
         }
-        if (v.u.l->tuple && v.u.l->n == 1) jb_putc(b, ',');
-        jb_putc(b, v.u.l->tuple ? ')' : ']');
+        if (tuple && v.u.l->n == 1) jb_putc(b, ',');
+        jb_putc(b, tuple ? ')' : ']');
+        if (form >= JL_KEYS) jb_putc(b, ')');
         return 0;
+    }
     case JV_DICT:
         jb_putc(b, '{');
         for (size_t i = 0; i < v.u.d->n; i++) {
@@ -413,6 +421,7 @@ static qstatus to_json(jbuf *b, jv v, int indent, int sort_keys, int level) {
         return Q_OK;
     case JV_STR: json_str(b, v.u.s.p, v.u.s.n); return Q_OK;
     case JV_LIST:
+        if (v.u.l->form > JL_TUPLE) return q_fail(Q_EINVAL, "tojson: a dict view or generator is not JSON serializable");
         if (!v.u.l->n) { jb_puts(b, "[]"); return Q_OK; }
         jb_putc(b, '[');
         for (size_t i = 0; i < v.u.l->n; i++) {

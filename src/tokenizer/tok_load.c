@@ -220,7 +220,7 @@ static qstatus load_vocab(qtokenizer *tok, const json_t *vocab, const json_t *ad
     size_t nv = (size_t)tok->n_vocab;
     tok->str_blob = malloc(blob ? blob : 1);
     tok->dec_blob = malloc(blob ? blob : 1); /* decoded bytes never outnumber the string's */
-    tok->str_off = malloc(nv * sizeof *tok->str_off);
+    tok->str_off = malloc((nv ? nv : 1) * sizeof *tok->str_off);
     tok->dec_off = calloc(nv + 1, sizeof *tok->dec_off);
     tok->is_special = calloc(nv ? nv : 1, 1);
     if (!tok->str_blob || !tok->dec_blob || !tok->str_off || !tok->dec_off || !tok->is_special)

@@ -124,6 +124,22 @@ static void test_matmul(void) {
         OK(cpu->ops->matmul(cpu, x.c, n, &W.c, y.c));
         OK(gpu->ops->matmul(gpu, x.g, n, &W.g, y.g));
         expect_close(cases[k].name, y, 1e-5);
+        buf yp = mk((size_t)n * n_out * 4, NULL);
+        OK(gpu->ops->matmul_prefill(gpu, x.g, n, &W.g, yp.g));
+        OK(cpu->ops->matmul_prefill(cpu, x.c, n, &W.c, yp.c));
+        char nm[64];
+        snprintf(nm, sizeof nm, "%s (prefill GEMM)", cases[k].name);
+        expect_close(nm, yp, 1e-5);
+        if (k == 4) { /* EXACT(batch) for the GEMM: row 40 alone vs in 37 + 5 rows */
+            float a2[96], b2[96];
+            buf y2 = mk((size_t)n_out * 4, NULL);
+            OK(gpu->ops->matmul_prefill(gpu, (float *)x.g + 5 * n_in, 1, &W.g, y2.g));
+            OK(gpu->ops->download(gpu, a2, (float *)yp.g + 5 * n_out, sizeof a2));
+            OK(gpu->ops->download(gpu, b2, y2.g, sizeof b2));
+            expect_same("prefill GEMM row alone vs in 37", a2, b2, sizeof a2);
+            rm(y2);
+        }
+        rm(yp);
         /* EXACT(batch): row 5 alone == row 5 among 37 */
         buf y1 = mk((size_t)n_out * 4, NULL);
         OK(gpu->ops->matmul(gpu, (float *)x.g + 5 * n_in, 1, &W.g, y1.g));

@@ -33,7 +33,7 @@ typedef struct fixture {
     int n_prompts;
 } fixture;
 
-static float *fixture_read_f32(const char *dir, const char *name, size_t n) {
+static inline float *fixture_read_f32(const char *dir, const char *name, size_t n) {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "rb");
@@ -46,7 +46,7 @@ static float *fixture_read_f32(const char *dir, const char *name, size_t n) {
     return v;
 }
 
-static int32_t *fixture_ids(json_t *arr, int *n) {
+static inline int32_t *fixture_ids(json_t *arr, int *n) {
     assert_true(json_is_array(arr));
     *n = (int)json_array_size(arr);
     int32_t *ids = malloc((size_t)(*n + 1) * sizeof *ids);
@@ -56,7 +56,7 @@ static int32_t *fixture_ids(json_t *arr, int *n) {
 }
 
 /* Loads tests/fixtures/models/<name>/goldens.json; fails the test if absent. */
-static void fixture_load(const char *name, fixture *fx) {
+static inline void fixture_load(const char *name, fixture *fx) {
     memset(fx, 0, sizeof *fx);
     snprintf(fx->dir, sizeof fx->dir, "%s/models/%s", QUILL_FIXTURES, name);
     char path[1200];
@@ -82,7 +82,7 @@ static void fixture_load(const char *name, fixture *fx) {
     json_decref(root);
 }
 
-static void fixture_free(fixture *fx) {
+static inline void fixture_free(fixture *fx) {
     for (int i = 0; i < fx->n_prompts; i++) {
         free(fx->prompts[i].ids);
         free(fx->prompts[i].greedy);
@@ -93,7 +93,7 @@ static void fixture_free(fixture *fx) {
 
 /* The backend the model tests run on: $QUILL_TEST_BACKEND ("cpu", the default, or "cuda"; tests/cuda/run.sh
  * sets it on the GPU machine). */
-static qstatus test_backend_create(qbackend **be) {
+static inline qstatus test_backend_create(qbackend **be) {
     const char *name = getenv("QUILL_TEST_BACKEND");
     if (name && !strcmp(name, "cuda")) {
 #ifdef QUILL_HAVE_CUDA
@@ -106,7 +106,7 @@ static qstatus test_backend_create(qbackend **be) {
 }
 
 /* max |a - b| / max |b|: the relative error the goldens are held to. */
-static double rel_err(const float *a, const float *b, size_t n) {
+static inline double rel_err(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - (double)b[i]);

@@ -25,11 +25,40 @@ import argparse
 import base64
 import json
 import os
+import random
 import sys
 
 
+# Random texts: fragments that stress the split regex, NFC, added-token matching and invalid bytes.
+POOLS = [
+    ["the", "The", "HELLO", "world", "It", "dOn", "x", "abc", "Zebra", "naïve", "café", "über", "straße", "ſ", "\u212a"],
+    ["'s", "'S", "'t", "'T", "'re", "'RE", "'ve", "'m", "'M", "'ll", "'LL", "'d", "'D", "'", "''"],
+    ["0", "7", "42", "2026", "3.14", "1,000", "٣", "४", "①", "Ⅻ", "½"],
+    [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", " \n", "\u00a0", "\u3000", "\u0085", "\u2028", "\u180e", "\u200b", "\u2003", "\x0b", "\x0c"],
+    list("!?.,;:-_()[]{}<>/\\\"`~@#$%^&*+=|") + ["...", "--", "->", "!=", "**", "//"],
+    ["你", "好", "世界", "中文", "の", "カタ", "한국", "مرحبا", "ب", "שלום", "Привет", "Γειά", "สวัสดี", "ខ្មែរ", "नमस्ते", "क्ष", "ắ", "ế"],
+    ["e\u0301", "a\u0300\u0301", "\u0301", "\u0308", "A\u030a", "\u1100\u1161\u11a8", "o\u0308\u0304", "\u0915\u094d", "\u0e31"],
+    ["🤗", "😀", "👍🏽", "👨\u200d👩\u200d👧", "🏳\ufe0f\u200d🌈", "\u2764\ufe0f", "🇯🇵", "#\ufe0f\u20e3", "\ufe0f", "\u200d"],
+    ["<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "</think>", "<tool_call>", "<|im_start|", "<think", "<|", "|>", "<|audio_pad|>", "<|fim_prefix|>"],
+]
+
+def rand_text(r):
+    """Pieces drawn from POOLS; 15% of texts get 1-3 random bytes >= 0x80 (mostly invalid UTF-8)."""
+    parts = []
+    for _ in range(r.randint(1, 40)):
+        p = r.choice(POOLS)
+        parts.append(r.choice(p))
+    b = "".join(parts).encode("utf-8")
+    if r.random() < 0.15:
+        b = bytearray(b)
+        for _ in range(r.randint(1, 3)):
+            b.insert(r.randint(0, len(b)), r.randint(0x80, 0xFF))
+        b = bytes(b)
+    return b
+
+
 def corpus():
-    """(name, bytes) pairs: 50+ texts covering what byte-level BPE and the split regex must get right."""
+    """(name, bytes) pairs: 67 chosen texts and 150 seeded random ones (from POOLS above)."""
     t = []
 
     def add(name, text):
@@ -105,6 +134,9 @@ def corpus():
     add("replacement_char", "already \ufffd here")
     add("bom_and_zw", "\ufeffstart\u200bzero\u200cwidth\u200d")
     add("private_use_and_astral", "\ue000\U0010fffd \U0001d11e \U00020000")
+    r = random.Random(1234)  # fixed seed: the corpus is the same on every run
+    for i in range(150):
+        add("random%03d" % i, rand_text(r))
     return t
 
 

@@ -149,6 +149,7 @@ static const qbackend_ops cpu_ops = {
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .matmul = cpu_matmul,
+    .matmul_prefill = cpu_matmul, /* row-independent already: one kernel serves both */
     .rope = cpu_rope,
     .attention = cpu_attention,
     .mul_sigmoid = cpu_mul_sigmoid,

@@ -82,6 +82,7 @@ static qbackend_ops make_ops(void) {
     o.embed = cuda_embed;
     o.rmsnorm = cuda_rmsnorm;
     o.matmul = cuda_matmul;
+    o.matmul_prefill = cuda_matmul_prefill;
     o.rope = cuda_rope;
     o.attention = cuda_attention;
     o.mul_sigmoid = cuda_mul_sigmoid;

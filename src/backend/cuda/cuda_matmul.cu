@@ -53,6 +53,71 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     return Q_OK;
 }
 
+/* Prompt rows: a tiled SIMT GEMM. A block computes a TM x TN tile of y (rows x outputs) with 256
+ * threads of 4 x 4 outputs each, staging TK-wide slices of x and of the dequantized W in shared
+ * memory. Each output is one thread's fma chain over k = 0, 1, ..., n_in - 1 in order, so a row's
+ * result does not depend on n or on its place in the tile (EXACT(batch), EXACT(chunk)); it differs
+ * from matmul_kernel's block reduction in rounding only, and the model never mixes the two for one
+ * kind of row. Floor: f32 FMA rate; the performance issue replaces it with tensor cores. */
+#define TM 64
+#define TN 64
+#define TK 16
+
+__global__ void __launch_bounds__(256) matmul_tiled_kernel(const float *__restrict__ x, int n, qweight W,
+                                                           float *__restrict__ y) {
+    __shared__ float As[TK][TM + 4], Bs[TK][TN + 4];
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int64_t row0 = (int64_t)blockIdx.y * TM, col0 = (int64_t)blockIdx.x * TN;
+    const int64_t K = W.n_in;
+    float acc[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) acc[i][j] = 0.0f;
+    for (int64_t k0 = 0; k0 < K; k0 += TK) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) { /* 1024 elements of each tile, 4 per thread */
+            const int idx = tid + e * 256, kk = idx % TK, mm = idx / TK;
+            const int64_t k = k0 + kk, r = row0 + mm, c = col0 + mm;
+            As[kk][mm] = (r < n && k < K) ? x[r * K + k] : 0.0f;
+            Bs[kk][mm] = (c < W.n_out && k < K) ? weight_at(W, c, k) : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < TK; kk++) {
+            float a[4], b[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) a[i] = As[kk][ty * 4 + i];
+#pragma unroll
+            for (int j = 0; j < 4; j++) b[j] = Bs[kk][tx * 4 + j];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t r = row0 + ty * 4 + i;
+        if (r >= n) break;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t c = col0 + tx * 4 + j;
+            if (c < W.n_out) y[r * W.n_out + c] = acc[i][j];
+        }
+    }
+}
+
+qstatus cuda_matmul_prefill(qbackend *be, const float *x, int n, const qweight *W, float *y) {
+    if (n <= 0) return Q_OK;
+    Q_TRY(check_weight(W, "matmul_prefill"));
+    dim3 grid(cu_blocks(W->n_out, TN), cu_blocks(n, TM));
+    matmul_tiled_kernel<<<grid, 256, 0, cu_stream(be)>>>(x, n, *W, y);
+    CU_LAUNCHED("matmul_prefill");
+    return Q_OK;
+}
+
 __global__ void embed_kernel(qweight T, const int32_t *__restrict__ ids, float *__restrict__ y) {
     const int r = blockIdx.x;
     const int32_t id = ids[r];

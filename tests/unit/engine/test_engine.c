@@ -1,7 +1,8 @@
-/* test_engine.c: continuous batching on the golden fixture model (CPU backend).
+/* test_engine.c: continuous batching on the golden fixture model (CPU backend), ~5 s under ASan.
  * - EXACT(batch)/EXACT(chunk): 8 prompts (3..150 tokens) alone through generate() and all at once
- *   through an engine with 4 slots and prefill chunks of 64 give identical token hashes, greedy and
- *   sampled at temperature 0.8 with seeds; the statistics add up;
+ *   through an engine with 4 slots, prefill chunks of 64 and a queue of 16 give identical token
+ *   hashes, greedy and sampled (temperature 0.8, own seeds) streams sharing rounds; the statistics
+ *   add up and the streams did share rounds;
  * - the queue: with 1 slot and queue_cap 2 the 4th concurrent request gets Q_EFULL;
  * - cancel: a running stream ends CANCELLED at the next round, a waiting one never starts, and the
  *   freed slot's next tenant gives the same tokens as alone;
@@ -79,7 +80,7 @@ static int collect(qreq *r, int32_t *buf, int cap, qfinish *fin) {
         int got = engine_next(r, n, buf + n, cap - n, 10000, fin);
         n += got;
         if (n == cap && *fin == QFINISH_NONE) { /* more than asked for: fail rather than hang */
-            got = engine_next(r, n, NULL, 0, 10000, fin);
+            assert_int_equal(engine_next(r, n, NULL, 0, 10000, fin), 0);
             assert_int_not_equal(*fin, QFINISH_NONE);
         }
     }
@@ -113,25 +114,28 @@ static qreq *submit(qengine *eng, const int32_t *prompt, int n_prompt, int max_t
 #define N_STREAMS 8
 static const int prompt_lens[N_STREAMS] = {3, 150, 17, 64, 65, 9, 70, 33};
 static const int sampled[N_STREAMS] = {1, 0, 1, 0, 1, 1, 0, 1};
+static uint64_t pass_hash[2][N_STREAMS]; /* per flip: shows that sampling changed the tokens */
 
-static void test_alone_vs_batched(void **state) {
-    env *e = *state;
+/* flip: 0 samples the streams marked in sampled[], 1 the others, so over both runs every prompt
+ * length is checked greedy and sampled. */
+static void alone_vs_batched(env *e, int flip) {
     int32_t prompts[N_STREAMS][150], ref[N_STREAMS][16], got[N_STREAMS][16];
     int n_ref[N_STREAMS], max_tokens[N_STREAMS];
     qsampling sp[N_STREAMS];
-    uint64_t sum_prompt = 0, sum_gen = 0;
+    uint64_t sum_prompt = 0, sum_gen = 0, alone_forwards = 0;
     for (int s = 0; s < N_STREAMS; s++) {
         make_prompt(prompts[s], prompt_lens[s], e->V, 100u + (unsigned)s);
-        max_tokens[s] = 4 + s;
+        max_tokens[s] = 9 + s % 4; /* long enough for T=0.8 to leave the greedy path on this model */
         sp[s] = qsampling_default();
-        if (sampled[s]) {
+        if (sampled[s] != flip) {
             sp[s].temperature = 0.8f;
             sp[s].top_p = 0.95f;
-            sp[s].seed = 1234u + 7u * (unsigned)s;
+            sp[s].seed = 1234u + 7u * (unsigned)s + 100u * (unsigned)flip;
         }
         n_ref[s] = run_alone(e, prompts[s], prompt_lens[s], max_tokens[s], sp[s], 0, ref[s]);
         sum_prompt += (uint64_t)prompt_lens[s];
         sum_gen += (uint64_t)n_ref[s];
+        alone_forwards += (uint64_t)((prompt_lens[s] + 63) / 64 + n_ref[s] - 1);
     }
     qengine *eng = make_engine(e, 4, 16);
     qreq *r[N_STREAMS];
@@ -141,9 +145,10 @@ static void test_alone_vs_batched(void **state) {
         int n = collect(r[s], got[s], 16, &fin);
         uint64_t ha = q_hash_tokens(ref[s], (size_t)n_ref[s]), hb = q_hash_tokens(got[s], (size_t)n);
         printf("  stream %d: prompt %3d, %s, %2d tokens, alone %016llx, engine %016llx\n", s, prompt_lens[s],
-               sampled[s] ? "T=0.8 " : "greedy", n, (unsigned long long)ha, (unsigned long long)hb);
+               sampled[s] != flip ? "T=0.8 " : "greedy", n, (unsigned long long)ha, (unsigned long long)hb);
         assert_int_equal(n, n_ref[s]);
         assert_true(ha == hb);
+        pass_hash[flip][s] = hb;
         assert_int_equal(fin, n == max_tokens[s] ? QFINISH_LENGTH : QFINISH_STOP);
         assert_true(engine_ttft(r[s]) > 0);
         assert_true(engine_decode_seconds(r[s]) >= 0);
@@ -157,8 +162,20 @@ static void test_alone_vs_batched(void **state) {
     assert_true(st.prompt_tokens == sum_prompt);
     assert_true(st.completion_tokens == sum_gen);
     assert_true(st.prefill_seconds > 0 && st.decode_seconds > 0);
+    printf("  %llu rounds for what takes %llu forwards alone\n", (unsigned long long)st.rounds,
+           (unsigned long long)alone_forwards);
+    assert_true(st.rounds < alone_forwards); /* streams did share rounds */
+    if (flip) {
+        int n_differ = 0;
+        for (int s = 0; s < N_STREAMS; s++) n_differ += pass_hash[0][s] != pass_hash[1][s];
+        printf("  %d of %d streams differ between greedy and sampled\n", n_differ, N_STREAMS);
+        assert_true(n_differ >= N_STREAMS / 2);
+    }
     engine_destroy(eng);
 }
+
+static void test_alone_vs_batched(void **state) { alone_vs_batched(*state, 0); }
+static void test_alone_vs_batched_flipped(void **state) { alone_vs_batched(*state, 1); }
 
 /* ---- queue ------------------------------------------------------------------------------------ */
 
@@ -436,6 +453,7 @@ static void test_idle_sleeps(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alone_vs_batched),
+        cmocka_unit_test(test_alone_vs_batched_flipped),
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_cancel_and_reuse),
         cmocka_unit_test(test_eos),
@@ -444,6 +462,5 @@ int main(void) {
         cmocka_unit_test(test_release_and_destroy),
         cmocka_unit_test(test_idle_sleeps),
     };
-    if (getenv("TF")) cmocka_set_test_filter(getenv("TF")); /*TMP*/
     return cmocka_run_group_tests(tests, setup, teardown);
 }

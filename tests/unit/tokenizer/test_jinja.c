@@ -78,7 +78,7 @@ static void test_whitespace(void **state) {
     check("  {%+ if true %}x{% endif %}", NULL, "  x");
     check("{% if true +%}\nx{% endif %}", NULL, "\nx");
     check("  {{- 1 -}}  \n x", NULL, "1x");
-    check("x {#- c -#} y\n  {# c #}\n  z", NULL, "xy  z");
+    check("x {#- c -#} y\n  {# c #}\n  z", NULL, "xy\n  z");
     check("line1\r\nline2\r\n{% if true %}\r\nz\r\n{% endif %}\r\n", NULL, "line1\nline2\nz\n");
     check("{% for i in [1, 2] %}\n  {{ i }}\n{% endfor %}\n", NULL, "  1\n  2\n");
     check("{%- for i in [1, 2] -%}\n  {{ i }}\n{%- endfor -%}\n", NULL, "12");
