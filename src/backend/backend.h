@@ -136,6 +136,24 @@ typedef struct qbackend_ops {
 
     /* x += y, elementwise over n. */
     qstatus (*add)(qbackend *be, float *x, const float *y, int64_t n);
+
+    /* Grow-as-used memory (DESIGN.md "Grow-as-used K/V without copies"); engine/kvmem.c is the user.
+     * A region is address space reserved once; physical memory is mapped into a prefix of it and
+     * unmapped from its end, so the base address never moves and growth copies nothing. Sizes and
+     * offsets are multiples of the granule vm_reserve reports. A backend without virtual memory leaves
+     * these four NULL (the engine then refuses kv_grow > 0).
+     * vm_reserve: reserves `bytes` (rounded up to the granule) of address space with nothing mapped;
+     *   *base is the region, *granule the mapping unit (CPU: the page size; CUDA: the allocation
+     *   granularity, 2 MiB on the H200).
+     * vm_map: maps fresh memory at [base + from, base + to); contents are unspecified (never read
+     *   before written: rows past a stream's n_past are not read). On failure nothing new is mapped.
+     * vm_unmap: gives [base + from, base + to) back; its contents are lost. Waits for pending work.
+     *   The range is exactly one earlier vm_map's range (CUDA cannot unmap part of a mapping).
+     * vm_release: releases the reservation, whose every mapping was unmapped first; takes NULL. */
+    qstatus (*vm_reserve)(qbackend *be, size_t bytes, void **base, size_t *granule);
+    qstatus (*vm_map)(qbackend *be, void *base, size_t from, size_t to);
+    qstatus (*vm_unmap)(qbackend *be, void *base, size_t from, size_t to);
+    void (*vm_release)(qbackend *be, void *base, size_t bytes);
 } qbackend_ops;
 
 struct qbackend {

@@ -1,10 +1,12 @@
-/* cmd_inspect.c: `quill inspect [MODEL_DIR] [--context C] [--parallel N]`: the config, parameter
- * counts and bytes per part, weight formats, and the memory arithmetic, read from the checkpoint's
- * headers without loading any weight. */
+/* cmd_inspect.c: `quill inspect [MODEL_DIR] [--context C] [--parallel N] [--prompt-cache-gib G]
+ * [--memory-reserve-gib R] [--backend cpu|cuda]`: the config, parameter counts and bytes per part,
+ * weight formats, and the memory arithmetic, read from the checkpoint's headers without loading any
+ * weight. The memory fit table is the one `quill serve` refuses to start with (engine/memfit.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "engine/memfit.h"
 #include "format/config.h"
 #include "format/safetensors.h"
 #include "model/qwen35.h"
@@ -34,10 +36,20 @@ static double mib(double b) { return b / (1024.0 * 1024.0); }
 int cmd_inspect(int argc, char **argv) {
     const char *model_arg = NULL;
     long long ctx = 0, parallel = 1;
+    double pc_gib = 0, reserve_gib = -1;
+    const char *backend = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: quill inspect [MODEL_DIR] [--context C] [--parallel N]\n");
+            printf("usage: quill inspect [MODEL_DIR] [--context C] [--parallel N] [--prompt-cache-gib G]\n"
+                   "                     [--memory-reserve-gib R] [--backend cpu|cuda]\n");
             return 0;
+        } else if (!strcmp(argv[i], "--prompt-cache-gib") && i + 1 < argc) {
+            if (cli_parse_float(argv[++i], &pc_gib) || pc_gib < 0) { fprintf(stderr, "quill inspect: bad --prompt-cache-gib\n"); return 2; }
+        } else if (!strcmp(argv[i], "--memory-reserve-gib") && i + 1 < argc) {
+            if (cli_parse_float(argv[++i], &reserve_gib) || reserve_gib < 0) { fprintf(stderr, "quill inspect: bad --memory-reserve-gib\n"); return 2; }
+        } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
+            backend = argv[++i];
+            if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) { fprintf(stderr, "quill inspect: bad --backend\n"); return 2; }
         } else if (!strcmp(argv[i], "--context") && i + 1 < argc) {
             if (cli_parse_int(argv[++i], 1, 1 << 24, &ctx)) { fprintf(stderr, "quill inspect: bad --context\n"); return 2; }
         } else if (!strcmp(argv[i], "--parallel") && i + 1 < argc) {
@@ -121,6 +133,26 @@ int cmd_inspect(int argc, char **argv) {
     double kv_all = kv_tok * (double)ctx * (double)parallel;
     printf("  K/V at context %lld x %lld streams %10.1f MiB\n", ctx, parallel, mib(kv_all));
     printf("  total                   %10.1f MiB\n", mib(tb + kv_all + gdn * (double)parallel));
+
+    /* the startup fit, as `quill serve` computes it (weights: the text model's tensors) */
+#ifdef QUILL_HAVE_CUDA
+    if (!backend) backend = cuda_device_count() > 0 ? "cuda" : "cpu";
+#else
+    if (!backend) backend = "cpu";
+#endif
+    qmemfit_params fp = {.n_ctx = (int)ctx, .n_parallel = (int)parallel, .prefill_chunk = 512,
+                         .prompt_cache_gib = pc_gib, .reserve_gib = reserve_gib};
+    int64_t free_b = 0, total_b = 0;
+    const char *source = NULL;
+    if (memfit_device_memory(backend, 0, &free_b, &total_b, &source) != Q_OK) {
+        printf("\n(memory fit: %s)\n", q_lasterr());
+    } else {
+        qmemfit fit;
+        memfit_compute(&cfg, (int64_t)tb, &fp, free_b, total_b, source, &fit);
+        char table[2048];
+        memfit_table(&fit, &fp, table, sizeof table);
+        printf("\n%s backend: %s", backend, table);
+    }
 #ifdef QUILL_HAVE_CUDA
     int n_dev = cuda_device_count();
     for (int d = 0; d < n_dev; d++) {

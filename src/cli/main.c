@@ -14,6 +14,7 @@
 static void usage(FILE *f) {
     fprintf(f,
             "usage: quill COMMAND [ARGS]\n"
+            "  serve [MODEL_DIR] --port 8080 --parallel N  OpenAI-compatible HTTP server\n"
             "  run [MODEL_DIR] --prompt-ids 1,2,3 -n 32   generate token ids (greedy by default)\n"
             "  inspect [MODEL_DIR]                        config, parameters, formats, memory arithmetic\n"
             "  tokenize [MODEL_DIR] TEXT                  token ids of a text (or --file, --chat)\n"
@@ -81,6 +82,7 @@ int cli_parse_float(const char *s, double *out) {
 int main(int argc, char **argv) {
     if (argc < 2) { usage(stderr); return 2; }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);

@@ -34,6 +34,18 @@
  * n_parallel 1 and queue_cap 2 the 4th concurrent request gets Q_EFULL whether or not the engine has
  * admitted the first yet.
  *
+ * K/V memory (issue 6). Each request is charged charge = prompt + max_tokens rows, rounded up to
+ * kv_grow, at least first_rows, at most n_ctx (kv_charge); an idle slot counts first_rows. kv_committed
+ * (the charges of busy slots plus first_rows per idle slot) never exceeds kv_budget_rows: the head of
+ * the queue is admitted only when a slot is free AND its charge fits; until then it blocks every
+ * later request (FIFO, no starvation of large requests by small ones). A request whose charge could
+ * never fit (even with every other slot idle) gets Q_EINVAL at submit naming prompt or max_tokens.
+ * A slot never grows past its stream's charge (slot_grow_target), so K/V held <= kv_committed <=
+ * budget and no admitted stream can run out of budget mid-reply. A growth the backend still refuses
+ * (the device ran out anyway, or the test hook) ends only that stream with QFINISH_ERROR.
+ * Give-back: stream_end marks the slot (slot_vacate sets give_back); after the round, once the
+ * backend has drained, give_back_pending returns it to first_rows. No stream waits for that.
+ *
  * Not here: the request object and client calls (engine_req.c), slot bookkeeping (slot.c), the FIFO
  * (reqqueue.c), the forward (model/qwen35.c), sampling (sample.c). */
 #include "engine.h"
@@ -60,6 +72,12 @@ struct qengine {
     reqqueue queue;            /* (mu) WAITING requests, the engine's references; cap queue_cap + n_parallel */
     int n_running;             /* (mu) busy slots (those being admitted included) */
     qengine_stats stats;       /* (mu) running/waiting are filled in by engine_get_stats */
+    int64_t kv_budget;         /* rows; validated, 0 resolved */
+    int first_rows;            /* rows an idle slot holds (slot_table.first_rows) */
+    int64_t kv_committed;      /* (mu) see the K/V note above */
+    qengine_memory mem;        /* (mu) published by the engine thread (publish_memory) */
+    int *mem_rows, *mem_charge; /* (mu) [n_parallel] rows held and charge per slot */
+    int max_round_rows;        /* engine thread: the largest round so far (scratch accounting) */
     /* engine thread only */
     slot_table slots;
     qrow *rows;                /* [n_parallel + prefill_chunk] the round's rows */
@@ -73,6 +91,17 @@ qengine_params engine_params_default(void) {
     return (qengine_params){.n_parallel = 1, .n_ctx = 4096, .prefill_chunk = 512, .queue_cap = 64};
 }
 
+qstatus engine_params_from_env(qengine_params *p) {
+    const char *v = getenv("QUILL_KV_GROW");
+    if (!v || !*v) return Q_OK;
+    char *end = NULL;
+    long n = strtol(v, &end, 10);
+    if (*end || n < 0 || n > (1 << 24) || n % 16)
+        return q_fail(Q_EINVAL, "QUILL_KV_GROW: must be 0 or a positive multiple of 16 (got '%s')", v);
+    p->kv_grow = (int)n;
+    return Q_OK;
+}
+
 static qstatus check_params(const qengine_params *p) {
     if (!p) return q_fail(Q_EINVAL, "engine: missing parameters");
     if (p->n_parallel < 1) return q_fail(Q_EINVAL, "n_parallel: must be at least 1 (got %d)", p->n_parallel);
@@ -83,7 +112,57 @@ static qstatus check_params(const qengine_params *p) {
     if (p->queue_cap > (1 << 24) || p->n_parallel > (1 << 16) || p->prefill_chunk > (1 << 24))
         return q_fail(Q_EINVAL, "engine: n_parallel %d, prefill_chunk %d or queue_cap %d is too large",
                       p->n_parallel, p->prefill_chunk, p->queue_cap);
+    if (p->kv_grow < 0 || p->kv_grow % 16 || p->kv_grow > (1 << 24))
+        return q_fail(Q_EINVAL, "kv_grow: must be 0 or a positive multiple of 16 (got %d)", p->kv_grow);
+    int first = p->kv_grow > 0 && p->kv_grow < p->n_ctx ? p->kv_grow : p->n_ctx;
+    if (p->kv_budget_rows != 0 && p->kv_budget_rows < (int64_t)p->n_parallel * first)
+        return q_fail(Q_EINVAL, "kv_budget_rows: %lld rows cannot hold %d idle slots of %d rows",
+                      (long long)p->kv_budget_rows, p->n_parallel, first);
     return Q_OK;
+}
+
+/* The K/V rows a request is charged while it holds a slot (see the K/V note at the top). */
+static int kv_charge(const qengine *e, int64_t rows) {
+    const int step = e->p.kv_grow > 0 ? e->p.kv_grow : 16;
+    int64_t c = (rows + step - 1) / step * step;
+    if (c < e->first_rows) c = e->first_rows;
+    return c > e->p.n_ctx ? e->p.n_ctx : (int)c;
+}
+
+/* Engine thread: copies the figures engine_get_memory reports under e->mu, and keeps the peaks. */
+static void publish_memory(qengine *e) {
+    const qwen35_model *m = e->m;
+    int64_t kv = slot_table_kv_bytes(m, &e->slots), held_rows = 0;
+    int64_t scratch = e->max_round_rows > 0 ? qwen35_scratch_bytes(&m->cfg, e->max_round_rows) : 0;
+    pthread_mutex_lock(&e->mu);
+    qengine_memory *g = &e->mem;
+    for (int i = 0; i < e->slots.n; i++) {
+        e->mem_rows[i] = e->slots.slots[i].st->n_kv_rows;
+        e->mem_charge[i] = e->slots.slots[i].charge;
+        held_rows += e->mem_rows[i];
+    }
+    g->kv_bytes = kv;
+    if (kv > g->kv_peak_bytes) g->kv_peak_bytes = kv;
+    g->scratch_bytes = scratch;
+    g->kv_held_rows = held_rows;
+    g->total_bytes = g->weights_bytes + kv + g->gdn_bytes + scratch + g->prompt_cache_bytes;
+    if (g->total_bytes > g->total_peak_bytes) g->total_peak_bytes = g->total_bytes;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Engine thread, after a round: returns every slot whose stream ended to first_rows. The backend
+ * drains first, so no pending kernel still reads the memory given back. A failure is logged; the
+ * slot then keeps (and reports) what it still holds. */
+static void give_back_pending(qengine *e) {
+    int any = 0;
+    for (int i = 0; i < e->slots.n; i++) any |= e->slots.slots[i].give_back;
+    if (!any) return;
+    qbackend *be = e->m->be;
+    if (be->ops->sync(be) != Q_OK) q_error("engine: sync before K/V give-back: %s", q_lasterr());
+    for (int i = 0; i < e->slots.n; i++)
+        if (e->slots.slots[i].give_back && slot_give_back(&e->slots, i) != Q_OK)
+            q_error("engine: %s", q_lasterr());
+    publish_memory(e);
 }
 
 /* ---- stream transitions (engine thread) -------------------------------------------------------- */
@@ -97,9 +176,11 @@ static int is_eos(const qwen35_config *c, int32_t id) {
 /* PREFILL/DECODE -> DONE: frees slot i, then hands over tok (if >= 0) and the finish reason. The
  * slot is counted free before the client can see the end, so stats read after it are settled. */
 static void stream_end(qengine *e, int i, int32_t tok, qfinish why, const char *err) {
-    qreq *r = slot_vacate(&e->slots, i);
+    const int charge = e->slots.slots[i].charge;
+    qreq *r = slot_vacate(&e->slots, i); /* marks the slot for give_back_pending */
     pthread_mutex_lock(&e->mu);
     e->n_running--;
+    e->kv_committed -= charge - e->first_rows;
     pthread_mutex_unlock(&e->mu);
     req_deliver(r, tok, why, err);
     req_unref(r); /* the engine's reference */
@@ -139,14 +220,18 @@ static int drop_cancelled_waiting(qengine *e) {
     return reqqueue_remove_if(&e->queue, cancel_asked, e->taken);
 }
 
-/* WAITING -> PREFILL: moves queued requests into free slots (oldest first). With e->mu held only the
- * bookkeeping moves (n_running counts them at once); the state resets run after unlocking. Returns
- * how many were moved, in e->taken from index `from`. */
+/* WAITING -> PREFILL: moves queued requests into free slots (oldest first) while the head's K/V
+ * charge fits the budget; a head that does not fit blocks the rest (FIFO). With e->mu held only the
+ * bookkeeping moves (n_running and kv_committed count them at once); the state resets run after
+ * unlocking. Returns how many were moved, in e->taken from index `from`. */
 static int take_waiting(qengine *e, int from) {
     int n = 0;
     while (e->n_running < e->p.n_parallel && e->queue.n > 0) {
+        const qreq *head = e->queue.ring[e->queue.head];
+        if (e->kv_committed - e->first_rows + head->kv_charge > e->kv_budget) break;
         e->taken[from + n++] = reqqueue_pop(&e->queue);
         e->n_running++;
+        e->kv_committed += head->kv_charge - e->first_rows;
     }
     return n;
 }
@@ -164,6 +249,7 @@ static void admit_waiting(qengine *e, qreq *r) {
     q_error("engine: %s", msg);
     pthread_mutex_lock(&e->mu);
     e->n_running--;
+    e->kv_committed -= r->kv_charge - e->first_rows;
     pthread_mutex_unlock(&e->mu);
     req_deliver(r, -1, QFINISH_ERROR, msg);
     req_unref(r);
@@ -200,23 +286,41 @@ static int add_prefill_rows(qengine *e, int i, int n) {
     return n;
 }
 
+/* Makes slot i hold `need` K/V rows for this round; on failure ends its stream (ERROR) and returns 0.
+ * EXACT(grow): growing maps memory after the rows held and changes nothing a kernel computes, so the
+ * stream's tokens do not depend on kv_grow; tests/unit/engine/test_kvgrow.c. */
+static int grow_or_end(qengine *e, int i, int need) {
+    if (slot_reserve_rows(&e->slots, i, need) == Q_OK) return 1;
+    char msg[REQ_ERROR_BYTES];
+    snprintf(msg, sizeof msg, "out of K/V memory: %s", q_lasterr());
+    q_error("engine: %s", msg);
+    stream_end(e, i, -1, QFINISH_ERROR, msg);
+    return 0;
+}
+
 /* Builds and runs one round, then commits every stream that got logits. */
 static void run_round(qengine *e) {
     slot_table *t = &e->slots;
     int n = 0, n_batch = 0;
     for (int i = 0; i < t->n; i++) { /* every decoding stream's next row */
         qslot *s = &t->slots[i];
-        if (s->phase != SLOT_DECODE) continue;
+        if (s->phase != SLOT_DECODE || !grow_or_end(e, i, s->st->n_past + 1)) continue;
         e->rows[n++] = (qrow){.stream = i, .pos = s->st->n_past, .token = s->next_token, .flags = QROW_LOGITS};
         e->batch[n_batch++] = i;
     }
     const int n_decode = n;
     int pf = slot_oldest_prefill(t); /* plus at most one prefill chunk */
     if (pf >= 0) {
+        int n_before = n;
         n = add_prefill_rows(e, pf, n);
-        e->batch[n_batch++] = pf;
+        if (grow_or_end(e, pf, e->rows[n - 1].pos + 1)) e->batch[n_batch++] = pf;
+        else {
+            n = n_before;
+            pf = -1;
+        }
     }
     if (n == 0) return;
+    if (n > e->max_round_rows) e->max_round_rows = n;
 
     double t0 = req_now();
     qstatus rc = qwen35_forward(e->m, e->rows, n, t->states, e->logits);
@@ -285,6 +389,8 @@ static void *engine_main(void *arg) {
         for (int k = 0; k < n_take; k++) admit_waiting(e, e->taken[n_drop + k]);
         end_cancelled(e);
         run_round(e);
+        publish_memory(e); /* before give-back, so the peak sees what the round held */
+        give_back_pending(e);
     }
     drain(e);
     return NULL;
@@ -305,6 +411,8 @@ void engine_destroy(qengine *e) {
     }
     slot_table_fini(e->m, &e->slots);
     reqqueue_fini(&e->queue);
+    free(e->mem_rows);
+    free(e->mem_charge);
     free(e->rows);
     free(e->logits);
     free(e->work);
@@ -322,7 +430,12 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
     e->m = m;
     e->p = *p;
     const int V = m->cfg.vocab_size, cap = p->queue_cap + p->n_parallel;
-    qstatus st = slot_table_init(m, p->n_parallel, p->n_ctx, &e->slots);
+    const char *hook = getenv("QUILL_TEST_KV_FAIL_AFTER"); /* kvmem.h: forces one mapping failure */
+    if (hook && *hook) kvmem_test_fail_after(atoi(hook));
+    qstatus st = slot_table_init(m, p->n_parallel, p->n_ctx, p->kv_grow, &e->slots);
+    e->first_rows = e->slots.first_rows;
+    e->kv_budget = p->kv_budget_rows > 0 ? p->kv_budget_rows : (int64_t)p->n_parallel * p->n_ctx;
+    e->kv_committed = (int64_t)p->n_parallel * e->first_rows;
     if (st == Q_OK) st = reqqueue_init(&e->queue, cap);
     if (st == Q_OK) {
         e->rows = malloc((size_t)(p->n_parallel + p->prefill_chunk) * sizeof *e->rows);
@@ -330,7 +443,9 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
         e->work = malloc((size_t)V * sizeof *e->work);
         e->batch = malloc((size_t)p->n_parallel * sizeof *e->batch);
         e->taken = malloc((size_t)cap * sizeof *e->taken);
-        if (!e->rows || !e->logits || !e->work || !e->batch || !e->taken)
+        e->mem_rows = calloc((size_t)p->n_parallel, sizeof *e->mem_rows);
+        e->mem_charge = calloc((size_t)p->n_parallel, sizeof *e->mem_charge);
+        if (!e->rows || !e->logits || !e->work || !e->batch || !e->taken || !e->mem_rows || !e->mem_charge)
             st = q_fail(Q_ENOMEM, "engine: out of memory for round buffers (%d slots, vocab %d)",
                         p->n_parallel, V);
     }
@@ -339,6 +454,22 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
     if (st == Q_OK && pthread_cond_init(&e->wake, NULL) != 0) {
         pthread_mutex_destroy(&e->mu);
         st = q_fail(Q_ENOMEM, "engine: cannot create its condvar");
+    }
+    if (st == Q_OK) {
+        qengine_memory *g = &e->mem;
+        g->backend = m->be->ops->name;
+        g->weights_bytes = m->w.n_bytes;
+        g->gdn_bytes = (int64_t)p->n_parallel * qwen35_gdn_state_bytes(&m->cfg);
+        g->host_bytes = (int64_t)((size_t)(p->n_parallel + p->prefill_chunk) * sizeof *e->rows +
+                                  (size_t)p->n_parallel * (size_t)V * sizeof *e->logits +
+                                  (size_t)V * sizeof *e->work);
+        g->kv_bytes_per_row = qwen35_kv_bytes_per_token(&m->cfg);
+        g->n_parallel = p->n_parallel;
+        g->n_ctx = p->n_ctx;
+        g->kv_grow = p->kv_grow;
+        g->first_rows = e->first_rows;
+        g->kv_budget_rows = e->kv_budget;
+        publish_memory(e); /* the mutex exists by now; the thread does not yet */
     }
     if (st == Q_OK && pthread_create(&e->thread, NULL, engine_main, e) != 0) {
         pthread_cond_destroy(&e->wake);
@@ -358,7 +489,22 @@ qstatus engine_submit(qengine *e, const qreq_params *p, qreq **out) {
     *out = NULL;
     qreq *r = NULL;
     Q_TRY(req_create(p, e->m->cfg.vocab_size, e->p.n_ctx, &r));
+    r->kv_charge = kv_charge(e, (int64_t)p->n_prompt + p->max_tokens);
     qstatus st = Q_OK;
+    /* the most one stream can be charged: the budget less first_rows for every other (idle) slot */
+    const int64_t most = e->kv_budget - (int64_t)(e->p.n_parallel - 1) * e->first_rows;
+    if (r->kv_charge > most) {
+        if (kv_charge(e, (int64_t)p->n_prompt + 1) > most)
+            st = q_fail(Q_EINVAL, "prompt: %d tokens need more K/V rows than the budget lets one stream "
+                        "hold (%lld)", p->n_prompt, (long long)most);
+        else
+            st = q_fail(Q_EINVAL, "max_tokens: prompt (%d tokens) + max_tokens (%d) need %d K/V rows; the "
+                        "budget lets one stream hold %lld", p->n_prompt, p->max_tokens, r->kv_charge,
+                        (long long)most);
+        req_unref(r);
+        req_unref(r);
+        return st;
+    }
     pthread_mutex_lock(&e->mu);
     if (e->stop) {
         st = q_fail(Q_EFULL, "engine is shutting down");
@@ -377,6 +523,17 @@ qstatus engine_submit(qengine *e, const qreq_params *p, qreq **out) {
     }
     *out = r;
     return Q_OK;
+}
+
+void engine_get_memory(qengine *e, qengine_memory *out, int *slot_rows, int *slot_charge, int cap) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->mem;
+    out->kv_committed_rows = e->kv_committed;
+    for (int i = 0; i < e->p.n_parallel && i < cap; i++) {
+        if (slot_rows) slot_rows[i] = e->mem_rows[i];
+        if (slot_charge) slot_charge[i] = e->mem_charge[i];
+    }
+    pthread_mutex_unlock(&e->mu);
 }
 
 void engine_get_stats(qengine *e, qengine_stats *out) {

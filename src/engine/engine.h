@@ -3,8 +3,11 @@
  * Rounds (DESIGN.md): each round takes every decoding stream's next row plus at most one prefill chunk
  * (--prefill-chunk rows, cut at multiples of the chunk from position 0: EXACT(chunk)) of the oldest
  * stream still prefilling, runs one qwen35_forward, samples each stream that produced logits, and
- * hands the tokens over. New requests join between rounds; when all slots are busy they wait in a
- * bounded FIFO queue. A reply's tokens depend only on (model, prompt, sampling, seed): EXACT(batch).
+ * hands the tokens over. New requests join between rounds; when all slots are busy, or the K/V
+ * budget cannot take the charge of the oldest waiting one (prompt + max_tokens rows), they wait in a
+ * bounded FIFO queue. With kv_grow a slot's K/V grows as its stream uses it and is given back when it
+ * ends (engine.c, slot.h, kvmem.h). A reply's tokens depend only on (model, prompt, sampling, seed):
+ * EXACT(batch), EXACT(grow).
  *
  * Threads: engine_submit / engine_next / engine_cancel / engine_release are called from client
  * threads (the HTTP server's); they never block a round. The engine thread owns the model and slots.
@@ -25,14 +28,25 @@
 
 typedef struct qengine_params {
     int n_parallel;     /* slots: streams decoding at once */
-    int n_ctx;          /* positions per slot */
+    int n_ctx;          /* positions per slot (may exceed the model's max_position_embeddings) */
     int prefill_chunk;  /* rows of one prompt per round (default 512) */
     int queue_cap;      /* requests waiting beyond the slots; more get Q_EFULL (default 64) */
+    int kv_grow;        /* --kv-grow / QUILL_KV_GROW: K/V growth step in rows, a multiple of 16; a
+                           slot holds this many rows with no stream and grows as used. 0 (default):
+                           every slot holds n_ctx rows from the start */
+    int64_t kv_budget_rows; /* K/V rows all slots may hold together; 0 (default): n_parallel * n_ctx.
+                           A stream is charged prompt + max_tokens rows (rounded up to kv_grow, at
+                           least kv_grow, at most n_ctx), an idle slot kv_grow rows (n_ctx with
+                           kv_grow 0); admission keeps the sum within the budget (see engine.c) */
 } qengine_params;
 
-/* The defaults above, with n_parallel 1 and n_ctx 4096. engine_create checks every field (no 0 means
- * default): n_parallel >= 1, n_ctx >= 2, prefill_chunk >= 1, queue_cap >= 0. */
+/* The defaults above, with n_parallel 1 and n_ctx 4096. engine_create checks every field (0 means
+ * default only where said): n_parallel >= 1, n_ctx >= 2, prefill_chunk >= 1, queue_cap >= 0,
+ * kv_grow >= 0 and a multiple of 16, kv_budget_rows 0 or >= n_parallel * min(kv_grow, n_ctx). */
 qengine_params engine_params_default(void);
+/* Applies QUILL_KV_GROW (when set) to p->kv_grow; Q_EINVAL naming the variable when it is not a
+ * non-negative multiple of 16. Call before applying command-line flags, which win. */
+qstatus engine_params_from_env(qengine_params *p);
 
 typedef enum qfinish {
     QFINISH_NONE = 0,   /* still running */
@@ -87,5 +101,34 @@ double engine_decode_seconds(const qreq *r);
 const char *engine_error(const qreq *r);
 
 void engine_get_stats(qengine *e, qengine_stats *out);
+
+/* Memory held by the engine's backend, now and at its peak since engine_create (bytes), and the K/V
+ * budget. Backend memory is the GPU's with the CUDA backend, host RAM with the CPU backend. */
+typedef struct qengine_memory {
+    const char *backend;        /* the backend's name ("cpu", "cuda"); static */
+    int64_t weights_bytes;      /* model weights */
+    int64_t kv_bytes, kv_peak_bytes;   /* K/V mapped (grow) or allocated (no grow) */
+    int64_t gdn_bytes;          /* GDN conv + recurrent states, every slot */
+    int64_t scratch_bytes;      /* activation scratch of the largest round so far */
+    int64_t prompt_cache_bytes; /* 0 until the prompt cache exists */
+    int64_t total_bytes, total_peak_bytes;
+    int64_t host_bytes;         /* the engine's host round buffers (rows, logits, sampling) */
+    int64_t kv_bytes_per_row;   /* one position over every attention layer, K and V */
+    int n_parallel, n_ctx, kv_grow, first_rows;
+    int64_t kv_budget_rows;     /* the budget */
+    int64_t kv_committed_rows;  /* charges of busy slots + first_rows of each idle one (<= budget) */
+    int64_t kv_held_rows;       /* rows held now over all slots */
+} qengine_memory;
+
+/* Fills *out; slot_rows[i] / slot_charge[i] (either may be NULL) get slot i's rows held and charge
+ * (0 when idle) for i < min(cap, n_parallel). Any thread; never waits for a round. */
+void engine_get_memory(qengine *e, qengine_memory *out, int *slot_rows, int *slot_charge, int cap);
+
+/* engine_memory.c: renders engine_get_memory for GET /memory as an owned JSON string (free with
+ * free()), or appends Prometheus gauges (quill_memory_bytes{kind=...}, quill_memory_peak_bytes,
+ * quill_kv_budget_rows, quill_kv_committed_rows, quill_kv_held_rows, quill_slot_kv_rows{slot=...})
+ * to buf: returns the length the text needs (like snprintf), writing at most cap bytes with a NUL. */
+qstatus engine_memory_json(qengine *e, char **out);
+size_t engine_memory_prometheus(qengine *e, char *buf, size_t cap);
 
 #endif

@@ -31,6 +31,7 @@ struct qreq {
     int ignore_eos;
     qsampling sampling;
     double t_submit;       /* monotonic seconds */
+    int kv_charge;         /* K/V rows charged to the budget while it holds a slot (engine_submit) */
     /* (mu) written by the engine thread, read by clients */
     int32_t *tokens;       /* [max_tokens] owned; sized at submit so the round never allocates */
     int n_tokens;          /* handed-over tokens in tokens[]; an eos is never among them */

@@ -53,6 +53,23 @@ int64_t qwen35_gdn_state_bytes(const qwen35_config *c) {
     return (int64_t)n_gdn * (S + conv) * (int64_t)sizeof(float);
 }
 
+int64_t qwen35_kv_row_bytes(const qwen35_config *c) {
+    return (int64_t)c->n_kv_heads * c->head_dim * (int64_t)sizeof(float);
+}
+
+/* Floats per row of the scratch plan in scratch_create (keep the two in step), times the rows the
+ * forward would allocate for n_rows. */
+int64_t qwen35_scratch_bytes(const qwen35_config *c, int n_rows) {
+    const int64_t H = c->hidden, nqD = (int64_t)c->n_heads * c->head_dim;
+    const int64_t kvD = (int64_t)c->n_kv_heads * c->head_dim, Hv = c->lin_n_v_heads;
+    const int64_t vD = Hv * c->lin_v_dim;
+    int64_t per_row = 2 + 4 * H + 4 * nqD + 2 * kvD + 2 * (int64_t)conv_dim(c) + 3 * vD + 4 * Hv +
+                      2 * (int64_t)c->intermediate + c->vocab_size;
+    int64_t cap = 16;
+    while (cap < n_rows) cap *= 2;
+    return per_row * cap * 4;
+}
+
 /* ---- scratch ---------------------------------------------------------------------------------- */
 
 static void scratch_free(qbackend *be, qwen35_scratch *s) {
@@ -155,8 +172,8 @@ void qwen35_close(qwen35_model *m) {
 void qwen35_state_destroy(qwen35_model *m, qwen35_state *st) {
     if (!st) return;
     for (int l = 0; l < m->cfg.n_layers; l++) {
-        if (st->k_cache) m->be->ops->free(m->be, st->k_cache[l]);
-        if (st->v_cache) m->be->ops->free(m->be, st->v_cache[l]);
+        if (st->k_cache && !st->kv_borrowed) m->be->ops->free(m->be, st->k_cache[l]);
+        if (st->v_cache && !st->kv_borrowed) m->be->ops->free(m->be, st->v_cache[l]);
         if (st->conv) m->be->ops->free(m->be, st->conv[l]);
         if (st->S) m->be->ops->free(m->be, st->S[l]);
     }
@@ -167,13 +184,16 @@ void qwen35_state_destroy(qwen35_model *m, qwen35_state *st) {
     free(st);
 }
 
-/* The per-layer arrays are indexed by layer number; entries of the other layer kind stay NULL. */
-qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out) {
+/* The per-layer arrays are indexed by layer number; entries of the other layer kind stay NULL. With
+ * with_kv 0 the K/V entries stay NULL too (qwen35_state_create_nokv). */
+static qstatus state_create(qwen35_model *m, int n_ctx, int with_kv, qwen35_state **out) {
     const qwen35_config *c = &m->cfg;
     if (n_ctx <= 0) return q_fail(Q_EINVAL, "state: context must be positive, got %d", n_ctx);
     qwen35_state *st = calloc(1, sizeof *st);
     if (!st) return q_fail(Q_ENOMEM, "state: out of memory");
     st->n_ctx = n_ctx;
+    st->n_kv_rows = with_kv ? n_ctx : 0;
+    st->kv_borrowed = !with_kv;
     size_t L = (size_t)c->n_layers;
     st->k_cache = calloc(L, sizeof(float *));
     st->v_cache = calloc(L, sizeof(float *));
@@ -190,6 +210,7 @@ qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out) {
     for (int l = 0; l < c->n_layers; l++) {
         qstatus s = Q_OK;
         if (c->layer_is_attn[l]) {
+            if (!with_kv) continue;
             s = be->ops->alloc(be, kv, (void **)&st->k_cache[l]);
             if (s == Q_OK) s = be->ops->alloc(be, kv, (void **)&st->v_cache[l]);
             st->n_bytes += 2 * (int64_t)kv;
@@ -205,6 +226,14 @@ qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out) {
     }
     *out = st;
     return Q_OK;
+}
+
+qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out) {
+    return state_create(m, n_ctx, 1, out);
+}
+
+qstatus qwen35_state_create_nokv(qwen35_model *m, int n_ctx, qwen35_state **out) {
+    return state_create(m, n_ctx, 0, out);
 }
 
 /* K/V rows past n_past are never read, so only the recurrent states need zeroing. */
@@ -241,6 +270,9 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
         if (r->pos < 0 || r->pos >= st->n_ctx)
             return q_fail(Q_EINVAL, "row %d: position %d outside the stream's context %d", i, r->pos,
                           st->n_ctx);
+        if (r->pos >= st->n_kv_rows) /* the engine grows K/V before a round needs it */
+            return q_fail(Q_EINVAL, "row %d: position %d past the stream's %d mapped K/V rows", i,
+                          r->pos, st->n_kv_rows);
         int chunked = (r->flags & QROW_PREFILL) != 0;
         if (i > 0 && rows[i - 1].stream == r->stream) {
             qseq *q = &s->seqs[n_seqs - 1];

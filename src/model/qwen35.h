@@ -76,6 +76,9 @@ void qwen35_close(qwen35_model *m);
 typedef struct qwen35_state {
     int n_ctx;          /* K/V capacity in positions */
     int n_past;         /* positions already consumed */
+    int n_kv_rows;      /* K/V rows usable now: positions must be < n_kv_rows (n_ctx unless the
+                           engine grows K/V as used, engine/kvmem.c) */
+    int kv_borrowed;    /* k_cache/v_cache entries point into memory the caller owns */
     /* indexed by layer number; entries of the other layer kind are NULL */
     float **k_cache, **v_cache; /* attention layers: [n_ctx][n_kv][head_dim] */
     float **conv;       /* GDN layers: [kernel-1][conv_dim] */
@@ -84,6 +87,10 @@ typedef struct qwen35_state {
 } qwen35_state;
 
 qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out);
+/* The same without K/V memory: k_cache/v_cache entries stay NULL and n_kv_rows 0 until the caller
+ * points them at memory it owns (engine/kvmem.c: grow-as-used regions) and sets n_kv_rows; destroy
+ * leaves them alone. n_bytes counts the GDN states only. */
+qstatus qwen35_state_create_nokv(qwen35_model *m, int n_ctx, qwen35_state **out);
 /* Zeroes the state (a new sequence starts). */
 qstatus qwen35_state_reset(qwen35_model *m, qwen35_state *st);
 void qwen35_state_destroy(qwen35_model *m, qwen35_state *st);
@@ -108,5 +115,10 @@ qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n_rows, qwen35_sta
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
 int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);
+/* Bytes of one position of one attention layer's K (or V) cache: n_kv_heads * head_dim floats. */
+int64_t qwen35_kv_row_bytes(const qwen35_config *cfg);
+/* Backend bytes of the activation scratch for a batch of up to n_rows rows (forward rounds it up to
+ * a power of two, at least 16, before allocating). */
+int64_t qwen35_scratch_bytes(const qwen35_config *cfg, int n_rows);
 
 #endif

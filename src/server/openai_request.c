@@ -172,8 +172,8 @@ static int check_prompt(json_t *p, oai_request *req, oai_error *err) {
 
 static int parse_fields(json_t *root, int is_chat, oai_request *req, oai_error *err) {
     json_t *v;
-    long long iv;
-    double dv;
+    long long iv = 0;
+    double dv = 0;
     if ((v = json_object_get(root, "model")) && !json_is_null(v)) {
         if (!json_is_string(v)) return oai_fail(err, 400, "model", "'model' must be a string");
         snprintf(req->model, sizeof req->model, "%s", json_string_value(v));

@@ -7,15 +7,17 @@
  * Pipeline: jinja_lex.c (source -> tokens, whitespace control) -> jinja_parse.c (statements) and
  * jinja_expr.c (expressions) -> tree -> jinja_eval.c (tree + variables -> text: scopes, statements,
  * calls), with jinja_ops.c (operators, attribute/item access, slicing), jinja_value.c (values, arena,
- * str/repr/json) and jinja_filters.c (filters, tests, string/dict methods).
+ * str/repr/json), jinja_filters.c (filters, tests) and jinja_methods.c (str/dict methods).
  *
  * Invariants: a compiled template is immutable and may be rendered from several threads at once;
- * every value of one render lives in that render's arena; nesting of blocks and expressions is
- * bounded (JINJA_MAX_DEPTH) so hostile input cannot blow the stack.
+ * every value of one render lives in that render's arena (capped at JINJA_ARENA_CAP); parser
+ * nesting is bounded by JINJA_MAX_DEPTH and evaluator recursion by JINJA_MAX_EVAL_DEPTH, so hostile
+ * input cannot blow the stack.
  * Not here: the OpenAI request -> template variables mapping (chat.c). Not supported (fails with
  * Q_EUNSUPPORTED naming the line): extends/include/import/block, call blocks, filter blocks, raw,
- * recursive loops, macro varargs/caller, and any filter, test or method not listed in
- * jinja_filters.c. */
+ * with, recursive loops, loop.cycle/changed, macro varargs/caller, printf-style `%` on strings,
+ * integers beyond 64 bits, printing generators/functions, and any filter, test or method not listed
+ * in jinja_filters.c / jinja_methods.c. */
 #ifndef QUILL_JINJA_H
 #define QUILL_JINJA_H
 
@@ -270,6 +272,15 @@ qstatus jinja_method_lookup(jctx *cx, jv self, const char *name, size_t nlen, jv
 qstatus jinja_method_call(jctx *cx, const jmethod *m, const jv *args, size_t n_args,
                           const char **kwname, const size_t *kwlen, const jv *kw, size_t n_kw,
                           jv *out);
+/* String operations shared by filters and methods (jinja_methods.c). chars NULL: whitespace. */
+jv jinja_str_strip(jv s, const jv *chars, int left, int right); /* a view into s */
+const char *jinja_str_find(const char *h, size_t hn, const char *n, size_t nn);
+qstatus jinja_str_replace(jctx *cx, jv s, jv old, jv new_, int64_t count, jv *out);
+qstatus jinja_str_case(jctx *cx, jv s, int upper, jv *out);
+qstatus jinja_str_join(jctx *cx, jlist *l, jv sep, int strict, jv *out); /* strict: items must be str */
+int jinja_parse_number(jv s, double *out); /* Python float(s) of a stripped s; 1 on success */
+int64_t jinja_int_arg(const jv *v, int64_t dflt); /* an int argument, dflt when absent/none */
+
 /* Iterates v as Python would (list items, dict keys, str chars, undefined -> empty). */
 qstatus jinja_iterate(jctx *cx, jv v, jlist **out);
 

@@ -249,7 +249,7 @@ static qstatus parse_unary(parser *p, int with_filter, jnode **out) {
     if (is_op(p, "-") || is_op(p, "+")) {
         int neg = is_op(p, "-");
         p->i++;
-        jnode *x;
+        jnode *x = NULL;
         Q_TRY(parse_unary(p, 0, &x));
         if (!(n = mk(p, neg ? JN_NEG : JN_POS, line))) return OOM();
         n->a = x;
@@ -333,13 +333,13 @@ static qstatus parse_not(parser *p, jnode **out) {
 }
 
 static qstatus parse_logic(parser *p, int is_or, jnode **out) {
-    jnode *l;
+    jnode *l = NULL;
     if (is_or) Q_TRY(parse_logic(p, 0, &l));
     else Q_TRY(parse_not(p, &l));
     while (is_name(p, is_or ? "or" : "and")) {
         int line = peek(p)->line;
         p->i++;
-        jnode *r, *n = mk(p, is_or ? JN_OR : JN_AND, line);
+        jnode *r = NULL, *n = mk(p, is_or ? JN_OR : JN_AND, line);
         if (!n) return OOM();
         if (is_or) Q_TRY(parse_logic(p, 0, &r));
         else Q_TRY(parse_not(p, &r));
@@ -354,7 +354,7 @@ qstatus jinja_parse_or(parser *p, jnode **out) { return parse_logic(p, 1, out); 
 
 qstatus jinja_parse_expr(parser *p, jnode **out) {
     Q_TRY(enter(p));
-    jnode *x;
+    jnode *x = NULL;
     Q_TRY(jinja_parse_or(p, &x));
     while (is_name(p, "if")) {
         int line = peek(p)->line;

@@ -256,6 +256,12 @@ static qstatus lex_all(lexer *lx) {
             count_lines(lx, lx->pos, epos);
             lx->pos = epos + 2;
         } else {
+            if (kind == '%') { /* raw blocks hold text we would lex as tags: refuse them here */
+                size_t k = lx->pos;
+                while (k < lx->n && is_ws(lx->s[k])) k++;
+                if (k + 3 <= lx->n && !memcmp(lx->s + k, "raw", 3) && (k + 3 == lx->n || !is_alpha(lx->s[k + 3])))
+                    return q_fail(Q_EUNSUPPORTED, "chat template line %d: statement 'raw' not supported", lx->line);
+            }
             jtok t = {.kind = kind == '{' ? JT_VAR_BEGIN : JT_BLOCK_BEGIN, .line = lx->line};
             Q_TRY(push(lx, t));
             Q_TRY(lex_tag(lx, kind == '{', &ws_after));

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# run.sh QUILL_BINARY SOURCE_DIR [node --test args]: the e2e tests. Starts `quill serve` with the bundled
+# run.sh QUILL_BINARY SOURCE_DIR [TEST_FILE...]: the e2e tests (all *.test.mjs unless files, named
+# relative to tests/e2e, are given). Starts `quill serve` with the bundled
 # model (or $QUILL_E2E_MODEL) on a free loopback port with --parallel 4, waits for /health, runs every
 # tests/e2e/*.test.mjs with node's test runner (the official `openai` npm package as the client), then
 # stops the server with SIGTERM and checks that it exited 0. Tests that need other flags start their
@@ -37,8 +38,9 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 rc=0
+if [ $# -eq 0 ]; then set -- ./*.test.mjs; fi
 QUILL_URL="$URL" QUILL_BINARY="$BIN" QUILL_MODEL="$MODEL" QUILL_SERVER_LOG="$LOG" \
-  node --test --test-concurrency=1 "$@" ./*.test.mjs || rc=$?
+  node --test --test-concurrency=1 "$@" || rc=$?
 kill -TERM "$PID"
 src=0
 wait "$PID" || src=$?

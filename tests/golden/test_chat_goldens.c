@@ -77,7 +77,15 @@ static void test_chat_goldens(void **state) {
                         json_string_value(json_object_get(exp, "error")));
                 n_fail++;
             } else {
-                n_ok++;
+                /* the template's own raise_exception: the message must match too */
+                const char *err = json_string_value(json_object_get(exp, "error"));
+                const char *pfx = "TemplateError: ";
+                if (err && !strncmp(err, pfx, strlen(pfx)) && strcmp(err + strlen(pfx), q_lasterr())) {
+                    fprintf(stderr, "FAIL %s / %s: error [%s], expected [%s]\n", tname, cname, q_lasterr(), err);
+                    n_fail++;
+                } else {
+                    n_ok++;
+                }
             }
             free(out);
         }

@@ -224,8 +224,11 @@ def main():
             kwargs = dict(req.get("chat_template_kwargs") or {})
             try:
                 if tok is not None:
+                    # return_dict=False: transformers 5 defaults to True
                     text = tok.apply_chat_template(msgs, tools=req.get("tools"), add_generation_prompt=agp,
-                                                   tokenize=False, chat_template=t["_text"], **kwargs)
+                                                   tokenize=False, return_dict=False, chat_template=t["_text"],
+                                                   **kwargs)
+                    assert isinstance(text, str), type(text)
                 else:
                     v = dict(t["_special"])
                     v.update(kwargs)

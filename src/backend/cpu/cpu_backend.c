@@ -159,6 +159,10 @@ static const qbackend_ops cpu_ops = {
     .gated_rmsnorm = cpu_gated_rmsnorm,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .vm_reserve = cpu_vm_reserve,
+    .vm_map = cpu_vm_map,
+    .vm_unmap = cpu_vm_unmap,
+    .vm_release = cpu_vm_release,
 };
 
 qstatus cpu_backend_create(int n_threads, qbackend **out) {

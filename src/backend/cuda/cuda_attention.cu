@@ -1,6 +1,7 @@
 /* cuda_attention.cu: partial NeoX RoPE, and causal GQA attention over a stream's K/V cache.
  * Layouts (backend.h): q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] f32.
- * Attention, per seq: a kernel writes the seq's new k/v rows into its caches, then one block per
+ * Decode rows: see attention_decode_rows (one launch for all streams, keys split by position).
+ * Prompt seqs: a kernel writes the seq's new k/v rows into its caches, then one block per
  * (row, q head) runs ATT_WARPS warps; warp w takes keys w, w + ATT_WARPS, ... <= the row's position
  * with an online softmax (running max, sum, and a dim-vector held dim/32 per lane); the warps'
  * partial results merge in a fixed order. EXACT(batch): a row's result depends only on its own
@@ -55,15 +56,16 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
     }
 }
 
-__global__ void __launch_bounds__(ATT_WARPS * 32)
-attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *__restrict__ kc,
-                 const float *__restrict__ vc, int n_q, int n_kv, int dim, float scale, float *__restrict__ out) {
+/* The block's ATT_WARPS warps attend one query head (qr, dim values) to the keys [start, end) of kv
+ * head kvh: warp w takes keys start + w, start + w + ATT_WARPS, ... with an online softmax (running
+ * max m, sum l, and a dim-vector held dim/32 per lane); the warps' results merge in warp order.
+ * Writes out[i] = sum_j e^(s_j - M) v_j[i], divided by L when normalise; ml (if not NULL) gets (M, L). */
+__device__ void block_attend(const float *__restrict__ qr, const float *__restrict__ kc,
+                             const float *__restrict__ vc, int start, int end, int n_kv, int kvh, int dim,
+                             float scale, bool normalise, float *__restrict__ out, float *__restrict__ ml) {
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     __shared__ float part_acc[ATT_WARPS][ATT_MAX_PER_LANE * 32];
-    const int r = blockIdx.x, h = blockIdx.y;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int p = pos0 + r, kvh = h / (n_q / n_kv), per = dim / 32;
-    const float *qr = q + ((int64_t)(row0 + r) * n_q + h) * dim;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = dim / 32;
     float qv[ATT_MAX_PER_LANE], acc[ATT_MAX_PER_LANE];
 #pragma unroll
     for (int c = 0; c < ATT_MAX_PER_LANE; c++) {
@@ -71,7 +73,7 @@ attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *_
         acc[c] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int j = warp; j <= p; j += ATT_WARPS) {
+    for (int j = start + warp; j < end; j += ATT_WARPS) {
         const float *kj = kc + ((int64_t)j * n_kv + kvh) * dim;
         float d = 0.0f;
 #pragma unroll
@@ -99,12 +101,112 @@ attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *_
     for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, part_m[w]);
     float L = 0.0f;
     for (int w = 0; w < ATT_WARPS; w++) L += part_l[w] * expf(part_m[w] - M); /* empty warps: exp(-inf) = 0 */
-    float *orow = out + ((int64_t)(row0 + r) * n_q + h) * dim;
+    if (ml && threadIdx.x == 0) {
+        ml[0] = M;
+        ml[1] = L;
+    }
     for (int i = threadIdx.x; i < dim; i += ATT_WARPS * 32) {
         float o = 0.0f;
         for (int w = 0; w < ATT_WARPS; w++) o += part_acc[w][i] * expf(part_m[w] - M);
+        out[i] = normalise ? o / L : o;
+    }
+}
+
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *__restrict__ kc,
+                 const float *__restrict__ vc, int n_q, int n_kv, int dim, float scale, float *__restrict__ out) {
+    const int r = blockIdx.x, h = blockIdx.y;
+    const int64_t at = ((int64_t)(row0 + r) * n_q + h) * dim;
+    block_attend(q + at, kc, vc, 0, pos0 + r + 1, n_kv, h / (n_q / n_kv), dim, scale, true, out + at, NULL);
+}
+
+/* Decode rows (seqs not marked chunked): every row of every such seq in one launch, the keys split
+ * into fixed ranges of ATT_SPLIT positions (flash-decoding) so a long context fills the GPU. A row's
+ * splits depend only on its position, and the partial results merge in split order, so its result
+ * depends on nothing else in the batch (EXACT(batch)); draft rows and serial decode rows run the same
+ * arithmetic (EXACT(draft)). */
+#define ATT_SPLIT 512
+
+typedef struct att_row {
+    float *kc, *vc; /* the row's stream caches */
+    int pos;        /* the row's position */
+    int row;        /* its index in the batch */
+} att_row;
+
+__global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *__restrict__ v,
+                                     const att_row *__restrict__ rows, int width) {
+    const att_row rw = rows[blockIdx.x];
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        rw.kc[(int64_t)rw.pos * width + i] = k[(int64_t)rw.row * width + i];
+        rw.vc[(int64_t)rw.pos * width + i] = v[(int64_t)rw.row * width + i];
+    }
+}
+
+/* part: [row][head][split][2 + dim] = (max, sum, unnormalised output) over the split's keys. */
+__global__ void __launch_bounds__(ATT_WARPS * 32)
+attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ rows, int n_q, int n_kv, int dim,
+                       float scale, int max_splits, float *__restrict__ part) {
+    const att_row rw = rows[blockIdx.x];
+    const int h = blockIdx.y, split = blockIdx.z, start = split * ATT_SPLIT;
+    if (start > rw.pos) return; /* whole block */
+    float *o = part + (((int64_t)blockIdx.x * n_q + h) * max_splits + split) * (dim + 2);
+    block_attend(q + ((int64_t)rw.row * n_q + h) * dim, rw.kc, rw.vc, start, min(rw.pos + 1, start + ATT_SPLIT),
+                 n_kv, h / (n_q / n_kv), dim, scale, false, o + 2, o);
+}
+
+__global__ void attention_combine_kernel(const att_row *__restrict__ rows, int n_q, int dim, int max_splits,
+                                         const float *__restrict__ part, float *__restrict__ out) {
+    const att_row rw = rows[blockIdx.x];
+    const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1;
+    const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * (dim + 2);
+    float M = p[0];
+    for (int s = 1; s < n_splits; s++) M = fmaxf(M, p[(int64_t)s * (dim + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < n_splits; s++) L += p[(int64_t)s * (dim + 2) + 1] * expf(p[(int64_t)s * (dim + 2)] - M);
+    float *orow = out + ((int64_t)rw.row * n_q + h) * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float o = 0.0f;
+        for (int s = 0; s < n_splits; s++)
+            o += p[(int64_t)s * (dim + 2) + 2 + i] * expf(p[(int64_t)s * (dim + 2)] - M);
         orow[i] = o / L;
     }
+}
+
+static qstatus attention_decode_rows(qbackend *be, const float *q, const float *k, const float *v,
+                                     const qseq *seqs, int n_seqs, float *const *k_cache,
+                                     float *const *v_cache, int n_q, int n_kv, int dim, float scale,
+                                     float *out) {
+    int n_rows = 0, max_pos = 0;
+    for (int s = 0; s < n_seqs; s++)
+        if (!seqs[s].chunked) {
+            n_rows += seqs[s].n_rows;
+            if (seqs[s].pos0 + seqs[s].n_rows - 1 > max_pos) max_pos = seqs[s].pos0 + seqs[s].n_rows - 1;
+        }
+    if (n_rows == 0) return Q_OK;
+    att_row *tab = (att_row *)malloc((size_t)n_rows * sizeof *tab);
+    if (!tab) return q_fail(Q_ENOMEM, "cuda attention: out of memory");
+    int i = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].chunked) continue;
+        for (int r = 0; r < seqs[s].n_rows; r++)
+            tab[i++] = (att_row){k_cache[s], v_cache[s], seqs[s].pos0 + r, seqs[s].row0 + r};
+    }
+    void *dtab = NULL;
+    qstatus st = cu_stage(be, tab, (size_t)n_rows * sizeof *tab, &dtab);
+    free(tab);
+    Q_TRY(st);
+    const int max_splits = max_pos / ATT_SPLIT + 1;
+    float *part = NULL;
+    Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
+    kv_write_rows_kernel<<<n_rows, 256, 0, cu_stream(be)>>>(k, v, (const att_row *)dtab, n_kv * dim);
+    CU_LAUNCHED("attention kv write (decode)");
+    attention_split_kernel<<<dim3((unsigned)n_rows, (unsigned)n_q, (unsigned)max_splits), ATT_WARPS * 32, 0,
+                             cu_stream(be)>>>(q, (const att_row *)dtab, n_q, n_kv, dim, scale, max_splits, part);
+    CU_LAUNCHED("attention (decode split)");
+    attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)n_q), 128, 0, cu_stream(be)>>>(
+        (const att_row *)dtab, n_q, dim, max_splits, part, out);
+    CU_LAUNCHED("attention (decode combine)");
+    return Q_OK;
 }
 
 qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
@@ -112,9 +214,10 @@ qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float
                        float scale, float *out) {
     if (dim % 32 || dim > 32 * ATT_MAX_PER_LANE || n_kv <= 0 || n_q % n_kv)
         return q_fail(Q_EINVAL, "cuda attention: dim %d, heads %d/%d not supported", dim, n_q, n_kv);
-    for (int s = 0; s < n_seqs; s++) {
+    Q_TRY(attention_decode_rows(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out));
+    for (int s = 0; s < n_seqs; s++) { /* prompt seqs: one launch each, a block per (row, head) */
         const qseq *sq = &seqs[s];
-        if (sq->n_rows <= 0) continue;
+        if (sq->n_rows <= 0 || !sq->chunked) continue;
         kv_write_kernel<<<sq->n_rows, 256, 0, cu_stream(be)>>>(k, v, sq->row0, sq->pos0, n_kv * dim, k_cache[s],
                                                                v_cache[s]);
         CU_LAUNCHED("attention kv write");

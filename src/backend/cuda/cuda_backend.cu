@@ -3,19 +3,60 @@
  * op. Kernels live one family per file: cuda_matmul.cu, cuda_norm.cu, cuda_attention.cu,
  * cuda_gdn.cu, cuda_elementwise.cu. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda_backend.h"
 #include "cuda_common.cuh"
+
+#define STAGE_BYTES ((size_t)4 << 20)
 
 static void cu_destroy(qbackend *be) {
     if (!be) return;
     cuda_state *s = (cuda_state *)be->impl;
     if (s) {
         cudaStreamSynchronize(s->stream);
+        cudaFreeHost(s->stage_host);
+        cudaFree(s->stage_dev);
+        cudaFree(s->att_part);
         cudaStreamDestroy(s->stream);
         free(s);
     }
     free(be);
+}
+
+qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev) {
+    cuda_state *s = (cuda_state *)be->impl;
+    size_t need = (bytes + 255) & ~(size_t)255;
+    if (need > s->stage_cap) return q_fail(Q_EINVAL, "cuda stage: %zu bytes exceed the %zu-byte table", bytes, s->stage_cap);
+    if (s->stage_off + need > s->stage_cap) { /* full: wait for the copies in flight, start over */
+        CU_TRY(cudaStreamSynchronize(s->stream), "stage");
+        s->stage_off = 0;
+    }
+    memcpy(s->stage_host + s->stage_off, host, bytes);
+    CU_TRY(cudaMemcpyAsync(s->stage_dev + s->stage_off, s->stage_host + s->stage_off, bytes,
+                           cudaMemcpyHostToDevice, s->stream), "stage");
+    *dev = s->stage_dev + s->stage_off;
+    s->stage_off += need;
+    return Q_OK;
+}
+
+qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out) {
+    cuda_state *s = (cuda_state *)be->impl;
+    if (bytes > s->att_part_bytes) {
+        CU_TRY(cudaStreamSynchronize(s->stream), "attention scratch");
+        cudaFree(s->att_part);
+        s->att_part = NULL;
+        s->att_part_bytes = 0;
+        size_t want = bytes + bytes / 2;
+        cudaError_t e = cudaMalloc(&s->att_part, want);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return q_fail(Q_ENOMEM, "cuda attention scratch of %zu bytes: %s", want, cudaGetErrorString(e));
+        }
+        s->att_part_bytes = want;
+    }
+    *out = s->att_part;
+    return Q_OK;
 }
 
 static qstatus cu_alloc(qbackend *be, size_t bytes, void **out) {
@@ -42,6 +83,12 @@ static void cu_free(qbackend *be, void *p) {
 }
 
 static qstatus cu_upload(qbackend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes <= 65536) { /* small (ids, positions): through the pinned stage, no wait */
+        void *staged = NULL;
+        Q_TRY(cu_stage(be, src, bytes, &staged));
+        CU_TRY(cudaMemcpyAsync(dst, staged, bytes, cudaMemcpyDeviceToDevice, cu_stream(be)), "upload");
+        return Q_OK;
+    }
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_stream(be)), "upload");
     CU_TRY(cudaStreamSynchronize(cu_stream(be)), "upload"); /* src may be reused by the caller */
     return Q_OK;
@@ -50,6 +97,7 @@ static qstatus cu_upload(qbackend *be, void *dst, const void *src, size_t bytes)
 static qstatus cu_download(qbackend *be, void *dst, const void *src, size_t bytes) {
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu_stream(be)), "download");
     CU_TRY(cudaStreamSynchronize(cu_stream(be)), "download");
+    ((cuda_state *)be->impl)->stage_off = 0; /* every staged copy has completed */
     return Q_OK;
 }
 
@@ -65,6 +113,7 @@ static qstatus cu_zero(qbackend *be, void *dst, size_t bytes) {
 
 static qstatus cu_sync(qbackend *be) {
     CU_TRY(cudaStreamSynchronize(cu_stream(be)), "sync");
+    ((cuda_state *)be->impl)->stage_off = 0;
     return Q_OK;
 }
 
@@ -92,6 +141,10 @@ static qbackend_ops make_ops(void) {
     o.gated_rmsnorm = cuda_gated_rmsnorm;
     o.swiglu = cuda_swiglu;
     o.add = cuda_add;
+    o.vm_reserve = cuda_vm_reserve;
+    o.vm_map = cuda_vm_map;
+    o.vm_unmap = cuda_vm_unmap;
+    o.vm_release = cuda_vm_release;
     return o;
 }
 
@@ -115,11 +168,17 @@ extern "C" qstatus cuda_backend_create(int device, qbackend **out) {
     }
     s->device = device;
     e = cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking);
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&s->stage_host, STAGE_BYTES);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&s->stage_dev, STAGE_BYTES);
     if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (s->stream) cudaStreamDestroy(s->stream);
+        cudaFreeHost(s->stage_host);
         free(be);
         free(s);
-        return q_fail(Q_ECUDA, "cuda stream create: %s", cudaGetErrorString(e));
+        return q_fail(Q_ECUDA, "cuda backend create: %s", cudaGetErrorString(e));
     }
+    s->stage_cap = STAGE_BYTES;
     be->ops = &cuda_ops;
     be->impl = s;
     *out = be;

@@ -12,6 +12,13 @@ extern "C" {
  * Fails with Q_ECUDA naming the call when there is no usable GPU. */
 qstatus cuda_backend_create(int device, qbackend **out);
 
+/* cuda_vm.cu: backend.h vm_* through the driver's virtual memory management (cuMemAddressReserve,
+ * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap). */
+qstatus cuda_vm_reserve(qbackend *be, size_t bytes, void **base, size_t *granule);
+qstatus cuda_vm_map(qbackend *be, void *base, size_t from, size_t to);
+qstatus cuda_vm_unmap(qbackend *be, void *base, size_t from, size_t to);
+void cuda_vm_release(qbackend *be, void *base, size_t bytes);
+
 #ifdef __cplusplus
 }
 #endif

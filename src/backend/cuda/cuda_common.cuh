@@ -15,7 +15,21 @@
 typedef struct cuda_state {
     int device;
     cudaStream_t stream;
+    /* Staging for small per-call tables (row descriptors, ids): host bytes go into pinned memory and
+     * are copied asynchronously to the device twin at the same offset. The offset resets after each
+     * stream synchronisation (download, sync), when every earlier copy has completed. */
+    unsigned char *stage_host, *stage_dev;
+    size_t stage_cap, stage_off;
+    /* Partial results of split decode attention, grown on demand. */
+    float *att_part;
+    size_t att_part_bytes;
 } cuda_state;
+
+/* Copies `bytes` of host data to device memory valid for ops issued before the next synchronisation.
+ * Returns the device address in *dev. */
+qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev);
+/* Device scratch of at least `bytes` for split attention (grows; never shrinks). */
+qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out);
 
 static inline cudaStream_t cu_stream(qbackend *be) { return ((cuda_state *)be->impl)->stream; }
 

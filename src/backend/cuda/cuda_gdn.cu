@@ -5,18 +5,40 @@
  * serial reference, and a seq's arithmetic still depends only on its own rows: EXACT(batch),
  * EXACT(chunk)). Each column j of a head's state S[h][:][j] evolves on its own, so one warp owns one
  * column with dk/32 state values per lane in registers, and the dot products k.S[:,j] and q.S[:,j]
- * are fixed-order warp sums. Grid per seq: (Hv, dv / GDN_COLS), GDN_COLS warps a block.
+ * are fixed-order warp sums. One launch for all seqs: grid (Hv, dv / GDN_COLS, seq), GDN_COLS warps a
+ * block; the conv likewise takes grid (channels / 128, seq).
  * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32; out [n][Hv][dv].
  * Floor: S read and written once per seq per launch (2 * Hv*dk*dv*4 bytes) plus the rows. */
+#include <stdlib.h>
+
 #include "cuda_common.cuh"
 
 #define GDN_COLS 4
 #define GDN_MAX_PER_LANE 8 /* dk <= 256 */
 #define CONV_MAX_K 8
 
-__global__ void conv1d_silu_kernel(const float *__restrict__ x, int row0, int n_rows, float *state,
+/* One entry per seq, staged to the device so one launch covers every stream (grid.y = seq). */
+typedef struct seq_desc {
+    int row0, n_rows;
+    float *state; /* conv state or recurrent state S of this seq */
+} seq_desc;
+
+static qstatus stage_seqs(qbackend *be, const qseq *seqs, int n_seqs, float *const *state, const seq_desc **out) {
+    seq_desc *tab = (seq_desc *)malloc((size_t)n_seqs * sizeof *tab);
+    if (!tab) return q_fail(Q_ENOMEM, "cuda gdn: out of memory");
+    for (int s = 0; s < n_seqs; s++) tab[s] = (seq_desc){seqs[s].row0, seqs[s].n_rows, state[s]};
+    void *d = NULL;
+    qstatus st = cu_stage(be, tab, (size_t)n_seqs * sizeof *tab, &d);
+    free(tab);
+    *out = (const seq_desc *)d;
+    return st;
+}
+
+__global__ void conv1d_silu_kernel(const float *__restrict__ x, const seq_desc *__restrict__ seqs,
                                    const float *__restrict__ w, int C, int K, float *__restrict__ y) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row0 = seqs[blockIdx.y].row0, n_rows = seqs[blockIdx.y].n_rows;
+    float *state = seqs[blockIdx.y].state;
     if (c >= C) return;
     float win[CONV_MAX_K]; /* win[0..K-2]: the previous inputs, oldest first */
 #pragma unroll
@@ -45,12 +67,12 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, int row0, int n_
 qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
                          const float *w, int channels, int kernel, float *y) {
     if (kernel < 1 || kernel > CONV_MAX_K) return q_fail(Q_EINVAL, "cuda conv1d: kernel %d > %d", kernel, CONV_MAX_K);
-    for (int s = 0; s < n_seqs; s++) {
-        if (seqs[s].n_rows <= 0) continue;
-        conv1d_silu_kernel<<<cu_blocks(channels, 128), 128, 0, cu_stream(be)>>>(x, seqs[s].row0, seqs[s].n_rows,
-                                                                                state[s], w, channels, kernel, y);
-        CU_LAUNCHED("conv1d_silu");
-    }
+    if (n_seqs <= 0) return Q_OK;
+    const seq_desc *d = NULL;
+    Q_TRY(stage_seqs(be, seqs, n_seqs, state, &d));
+    conv1d_silu_kernel<<<dim3(cu_blocks(channels, 128), (unsigned)n_seqs), 128, 0, cu_stream(be)>>>(x, d, w, channels,
+                                                                                                  kernel, y);
+    CU_LAUNCHED("conv1d_silu");
     return Q_OK;
 }
 
@@ -77,8 +99,10 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
 
 __global__ void __launch_bounds__(GDN_COLS * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
-                   int row0, int n_rows, float *S, qgdn_dims d, float *__restrict__ out) {
+                   const seq_desc *__restrict__ seqs, qgdn_dims d, float *__restrict__ out) {
     const int h = blockIdx.x;
+    const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
+    float *S = seqs[blockIdx.z].state;
     const int lane = threadIdx.x & 31;
     const int j = blockIdx.y * GDN_COLS + (threadIdx.x >> 5);
     if (j >= d.v_dim) return; /* whole warps only */
@@ -134,12 +158,11 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         dims.n_v_heads % dims.n_k_heads)
         return q_fail(Q_EINVAL, "cuda gated_delta: dk %d, heads %d/%d not supported", dims.k_dim, dims.n_v_heads,
                       dims.n_k_heads);
-    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, GDN_COLS));
-    for (int s = 0; s < n_seqs; s++) {
-        if (seqs[s].n_rows <= 0) continue;
-        gated_delta_kernel<<<grid, GDN_COLS * 32, 0, cu_stream(be)>>>(qkv, g, beta, seqs[s].row0, seqs[s].n_rows,
-                                                                      S[s], dims, out);
-        CU_LAUNCHED("gated_delta");
-    }
+    if (n_seqs <= 0) return Q_OK;
+    const seq_desc *d = NULL;
+    Q_TRY(stage_seqs(be, seqs, n_seqs, S, &d));
+    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, GDN_COLS), (unsigned)n_seqs);
+    gated_delta_kernel<<<grid, GDN_COLS * 32, 0, cu_stream(be)>>>(qkv, g, beta, d, dims, out);
+    CU_LAUNCHED("gated_delta");
     return Q_OK;
 }

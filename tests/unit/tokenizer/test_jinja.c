@@ -129,6 +129,7 @@ static void test_errors_name_lines(void **state) {
     check_err("{% include 'x' %}", NULL, Q_EUNSUPPORTED, "line 1: statement 'include' not supported");
     check_err("\n{% for x in y recursive %}{% endfor %}", NULL, Q_EUNSUPPORTED, "line 2");
     check_err("{{ lipsum() }}", NULL, Q_EUNSUPPORTED, "unknown function 'lipsum'");
+    check_err("\n{% raw %}{{ {% endraw %}", NULL, Q_EUNSUPPORTED, "line 2: statement 'raw' not supported");
     check_err("{{ d.pop('a') }}", "{\"d\": {}}", Q_EUNSUPPORTED, "dict.pop");
     check_err("{{ d.items }}", "{\"d\": {}}", Q_EUNSUPPORTED, "cannot print a method");
     check_err("x\n{{ raise_exception('No messages provided.') }}", NULL, Q_EINVAL, "No messages provided.");
@@ -142,18 +143,24 @@ static void test_errors_name_lines(void **state) {
     check_err("{% set x.y = 1 %}", NULL, Q_EINVAL, "can only set attributes of a namespace");
     check_err("{{ 1 / 0 }}", NULL, Q_EINVAL, "division by zero");
     check_err("{{ x|tojson }}", NULL, Q_EINVAL, "not JSON serializable");
+    check_err("{{ l|map('string') }}", "{\"l\": [1]}", Q_EUNSUPPORTED, "cannot print a generator");
+    check_err("{{ l|select|length }}", "{\"l\": [1]}", Q_EINVAL, "has no len()");
+    check_err("{{ '%s' % 1 }}", NULL, Q_EUNSUPPORTED, "string formatting");
+    check("{{ d.keys() }}|{{ d.values() }}|{{ d.items() }}|{{ (l|reverse)[0] is defined }}|{{ l|reverse|list }}",
+          "{\"d\": {\"a\": 1}, \"l\": [1, 2]}", "dict_keys(['a'])|dict_values([1])|dict_items([('a', 1)])|False|[2, 1]");
 }
 
-/* Builds "{{ " + n copies of open + "1" + n copies of close + " }}". */
+/* Builds pre + n copies of open + mid + n copies of close + post. */
 static char *nest(const char *pre, const char *open, const char *mid, const char *close, const char *post, int n) {
-    size_t len = strlen(pre) + strlen(post) + strlen(mid) + (size_t)n * (strlen(open) + strlen(close)) + 1;
-    char *s = malloc(len);
+    size_t lo = strlen(open), lc = strlen(close);
+    size_t len = strlen(pre) + strlen(post) + strlen(mid) + (size_t)n * (lo + lc) + 1;
+    char *s = malloc(len), *p = s;
     assert_non_null(s);
-    strcpy(s, pre);
-    for (int i = 0; i < n; i++) strcat(s, open);
-    strcat(s, mid);
-    for (int i = 0; i < n; i++) strcat(s, close);
-    strcat(s, post);
+    p = stpcpy(p, pre);
+    for (int i = 0; i < n; i++) memcpy(p, open, lo), p += lo;
+    p = stpcpy(p, mid);
+    for (int i = 0; i < n; i++) memcpy(p, close, lc), p += lc;
+    stpcpy(p, post);
     return s;
 }
 

@@ -1,0 +1,168 @@
+/* memfit.c: the startup fit (memfit.h). Pure arithmetic plus two probes (free memory, checkpoint
+ * bytes). Invariants: (1) need is the sum of the printed terms, so the table adds up; (2) max_ctx and
+ * max_parallel are found by the same function that decides `fits`, so the advice never disagrees
+ * with the verdict. Not here: refusing to start (the server), the budget's enforcement (engine.c). */
+#include "memfit.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../format/safetensors.h"
+#include "../model/qwen35.h"
+#ifdef QUILL_HAVE_CUDA
+#include "../backend/cuda/cuda_device.h"
+#endif
+
+#define GIB ((int64_t)1 << 30)
+
+/* Reads "Key:   N kB" from /proc/meminfo. */
+static qstatus meminfo(const char *key, int64_t *out) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return q_fail(Q_EIO, "memory fit: cannot open /proc/meminfo");
+    char line[256];
+    size_t klen = strlen(key);
+    qstatus st = q_fail(Q_EIO, "memory fit: /proc/meminfo has no %s", key);
+    while (fgets(line, sizeof line, f)) {
+        long long kb = 0;
+        if (!strncmp(line, key, klen) && line[klen] == ':' && sscanf(line + klen + 1, "%lld", &kb) == 1) {
+            *out = (int64_t)kb * 1024;
+            st = Q_OK;
+            break;
+        }
+    }
+    fclose(f);
+    return st;
+}
+
+qstatus memfit_device_memory(const char *backend, int device, int64_t *free_bytes, int64_t *total_bytes,
+                             const char **source) {
+    if (!backend || !strcmp(backend, "cpu")) {
+        Q_TRY(meminfo("MemAvailable", free_bytes));
+        Q_TRY(meminfo("MemTotal", total_bytes));
+        *source = "MemAvailable (/proc/meminfo)";
+        return Q_OK;
+    }
+    if (strcmp(backend, "cuda") != 0) return q_fail(Q_EINVAL, "memory fit: unknown backend '%s'", backend);
+#ifdef QUILL_HAVE_CUDA
+    cuda_device_info info;
+    char err[256];
+    if (cuda_device_query(device, &info, err, sizeof err) != 0) return q_fail(Q_ECUDA, "memory fit: %s", err);
+    *free_bytes = (int64_t)info.free_bytes;
+    *total_bytes = (int64_t)info.total_bytes;
+    *source = "cudaMemGetInfo";
+    return Q_OK;
+#else
+    (void)device;
+    return q_fail(Q_EUNSUPPORTED, "memory fit: this build has no CUDA backend");
+#endif
+}
+
+static int skipped(const char *name) {
+    return strstr(name, "visual.") || strstr(name, "vision_tower") || !strncmp(name, "mtp.", 4) ||
+           strstr(name, ".mtp.");
+}
+
+qstatus memfit_weights_bytes(const char *dir, int64_t *out) {
+    st_set *set = NULL;
+    Q_TRY(st_open_dir(dir, &set));
+    int64_t sum = 0;
+    for (int i = 0; i < st_count(set); i++) {
+        const st_tensor *t = st_at(set, i);
+        if (!skipped(t->name)) sum += (int64_t)t->n_bytes;
+    }
+    st_close(set);
+    *out = sum;
+    return Q_OK;
+}
+
+/* The bytes n_ctx x n_parallel need with every other term of p fixed. */
+static int64_t need_for(const qwen35_config *cfg, int64_t weights, const qmemfit_params *p, int n_ctx,
+                        int n_parallel, int64_t *gdn, int64_t *scratch, int64_t *kv_rows, int64_t *pc) {
+    *gdn = (int64_t)n_parallel * qwen35_gdn_state_bytes(cfg);
+    *scratch = qwen35_scratch_bytes(cfg, n_parallel + (p->prefill_chunk > 0 ? p->prefill_chunk : 512));
+    *kv_rows = p->kv_budget_rows > 0 ? p->kv_budget_rows : (int64_t)n_parallel * n_ctx;
+    *pc = p->prompt_cache_gib > 0 ? (int64_t)(p->prompt_cache_gib * (double)GIB) : 0;
+    return weights + *gdn + *scratch + *kv_rows * qwen35_kv_bytes_per_token(cfg) + *pc;
+}
+
+void memfit_compute(const qwen35_config *cfg, int64_t weights_bytes, const qmemfit_params *p,
+                    int64_t free_bytes, int64_t total_bytes, const char *source, qmemfit *f) {
+    memset(f, 0, sizeof *f);
+    int64_t gdn, scratch, kv_rows, pc;
+    f->weights = weights_bytes;
+    f->need = need_for(cfg, weights_bytes, p, p->n_ctx, p->n_parallel, &gdn, &scratch, &kv_rows, &pc);
+    f->gdn_per_slot = qwen35_gdn_state_bytes(cfg);
+    f->gdn = gdn;
+    f->scratch = scratch;
+    f->kv_per_row = qwen35_kv_bytes_per_token(cfg);
+    f->kv_budget_rows = kv_rows;
+    f->kv = kv_rows * f->kv_per_row;
+    f->prompt_cache = pc;
+    f->free = free_bytes;
+    f->total = total_bytes;
+    f->source = source ? source : "?";
+    if (p->reserve_gib >= 0) f->reserve = (int64_t)(p->reserve_gib * (double)GIB);
+    else f->reserve = total_bytes / 10 > 2 * GIB ? total_bytes / 10 : 2 * GIB;
+    f->usable = free_bytes > f->reserve ? free_bytes - f->reserve : 0;
+    f->fits = f->need <= f->usable;
+    /* The advice is for the default budget (n_parallel * n_ctx rows), the one --context and
+     * --parallel move; need_for is monotonic in both, so bisect on it. */
+    qmemfit_params d = *p;
+    d.kv_budget_rows = 0;
+    int lo = 0, hi = 1 << 24;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (need_for(cfg, weights_bytes, &d, mid, p->n_parallel, &gdn, &scratch, &kv_rows, &pc) <= f->usable) lo = mid;
+        else hi = mid - 1;
+    }
+    f->max_ctx = lo >= 256 ? lo / 256 * 256 : lo / 16 * 16;
+    lo = 0, hi = 1 << 16;
+    while (lo < hi) {
+        int mid = lo + (hi - lo + 1) / 2;
+        if (need_for(cfg, weights_bytes, &d, p->n_ctx, mid, &gdn, &scratch, &kv_rows, &pc) <= f->usable) lo = mid;
+        else hi = mid - 1;
+    }
+    f->max_parallel = lo;
+}
+
+static void add(char *buf, size_t cap, size_t *len, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void add(char *buf, size_t cap, size_t *len, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf && *len < cap ? buf + *len : NULL, buf && *len < cap ? cap - *len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len += (size_t)n;
+}
+
+static double gib(int64_t b) { return (double)b / (double)GIB; }
+
+size_t memfit_table(const qmemfit *f, const qmemfit_params *p, char *buf, size_t cap) {
+    size_t len = 0;
+    if (buf && cap) buf[0] = '\0';
+    add(buf, cap, &len, "memory fit (--context %d, --parallel %d)\n", p->n_ctx, p->n_parallel);
+    char label[96];
+    const int rows = p->n_parallel + (p->prefill_chunk > 0 ? p->prefill_chunk : 512);
+    add(buf, cap, &len, "  %-44s %10.3f GiB\n", "weights", gib(f->weights));
+    snprintf(label, sizeof label, "GDN states (%d x %.3f MiB)", p->n_parallel, (double)f->gdn_per_slot / (1 << 20));
+    add(buf, cap, &len, "  %-44s %10.3f GiB\n", label, gib(f->gdn));
+    snprintf(label, sizeof label, "scratch (%d-row rounds)", rows);
+    add(buf, cap, &len, "  %-44s %10.3f GiB\n", label, gib(f->scratch));
+    snprintf(label, sizeof label, "K/V budget (%lld rows x %.1f KiB)", (long long)f->kv_budget_rows,
+             (double)f->kv_per_row / 1024);
+    add(buf, cap, &len, "  %-44s %10.3f GiB\n", label, gib(f->kv));
+    add(buf, cap, &len, "  %-44s %10.3f GiB\n", "prompt cache", gib(f->prompt_cache));
+    add(buf, cap, &len, "  %-44s %10.3f GiB\n", "needed", gib(f->need));
+    add(buf, cap, &len, "  free (%s) %.3f GiB of %.3f GiB, less reserve %.3f GiB = usable %.3f GiB\n",
+        f->source, gib(f->free), gib(f->total), gib(f->reserve), gib(f->usable));
+    if (f->fits) {
+        add(buf, cap, &len, "  fits, %.3f GiB to spare\n", gib(f->usable - f->need));
+    } else {
+        add(buf, cap, &len, "  DOES NOT FIT: %.3f GiB short\n", gib(f->need - f->usable));
+        if (f->max_ctx > 0) add(buf, cap, &len, "  largest --context at --parallel %d: %d\n", p->n_parallel, f->max_ctx);
+        else add(buf, cap, &len, "  no --context fits at --parallel %d\n", p->n_parallel);
+        if (f->max_parallel > 0) add(buf, cap, &len, "  largest --parallel at --context %d: %d\n", p->n_ctx, f->max_parallel);
+        else add(buf, cap, &len, "  no --parallel fits at --context %d\n", p->n_ctx);
+    }
+    return len;
+}

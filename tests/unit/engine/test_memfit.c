@@ -1,0 +1,107 @@
+/* test_memfit.c: the startup fit's arithmetic (engine/memfit.c) on the fixture model's config.
+ * - the table's terms add up to `need`; the verdict follows usable = free - reserve;
+ * - the default reserve is max(10 % of total, 2 GiB); an explicit one is taken as is;
+ * - when it does not fit, the advised largest --context and --parallel fit and one step more does
+ *   not; the table says DOES NOT FIT and names both;
+ * - the CPU probe reads /proc/meminfo; the checkpoint probe skips nothing the fixture has. */
+#include <stdio.h>
+#include <string.h>
+
+#include "engine/memfit.h"
+#include "harness.h"
+#include "model/qwen35.h"
+
+#define GIB ((int64_t)1 << 30)
+
+static qwen35_config cfg;
+static char dir[1024];
+
+static int setup(void **state) {
+    (void)state;
+    snprintf(dir, sizeof dir, "%s/models/gqa4-v2k", QUILL_FIXTURES);
+    return qwen35_config_load(dir, &cfg) == Q_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    qwen35_config_free(&cfg);
+    return 0;
+}
+
+static void test_sums_and_verdict(void **state) {
+    (void)state;
+    qmemfit_params p = {.n_ctx = 65536, .n_parallel = 4, .prefill_chunk = 512, .prompt_cache_gib = 0.5,
+                        .reserve_gib = -1};
+    qmemfit f;
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
+    assert_true(f.need == f.weights + f.gdn + f.scratch + f.kv + f.prompt_cache);
+    assert_true(f.kv == (int64_t)4 * 65536 * qwen35_kv_bytes_per_token(&cfg));
+    assert_true(f.gdn == 4 * qwen35_gdn_state_bytes(&cfg));
+    assert_true(f.prompt_cache == GIB / 2);
+    assert_true(f.reserve == 2 * GIB); /* 10 % of 16 GiB is less than 2 GiB */
+    assert_true(f.usable == 6 * GIB);
+    assert_true(f.fits);
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 64 * GIB, "test", &f);
+    assert_true(f.reserve == 64 * GIB / 10);
+    p.reserve_gib = 1;
+    p.kv_budget_rows = 1000;
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 64 * GIB, "test", &f);
+    assert_true(f.reserve == GIB && f.kv_budget_rows == 1000);
+    char buf[2048];
+    size_t n = memfit_table(&f, &p, buf, sizeof buf);
+    assert_int_equal(n, strlen(buf));
+    assert_non_null(strstr(buf, "fits"));
+    assert_null(strstr(buf, "DOES NOT FIT"));
+}
+
+static void test_advice(void **state) {
+    (void)state;
+    /* 1 GiB of weights in 1.5 GiB usable: K/V of 1 KiB a row leaves room for ~0.48 GiB of rows */
+    qmemfit_params p = {.n_ctx = 1 << 20, .n_parallel = 8, .prefill_chunk = 512, .reserve_gib = 0.5};
+    qmemfit f, g;
+    memfit_compute(&cfg, GIB, &p, 2 * GIB, 4 * GIB, "test", &f);
+    assert_false(f.fits);
+    assert_true(f.max_ctx > 0 && f.max_ctx % 256 == 0 && f.max_ctx < p.n_ctx);
+    qmemfit_params q = p;
+    q.n_ctx = f.max_ctx;
+    memfit_compute(&cfg, GIB, &q, 2 * GIB, 4 * GIB, "test", &g);
+    assert_true(g.fits);
+    q.n_ctx = f.max_ctx + 256;
+    memfit_compute(&cfg, GIB, &q, 2 * GIB, 4 * GIB, "test", &g);
+    assert_false(g.fits);
+    assert_true(f.max_parallel >= 0 && f.max_parallel < p.n_parallel);
+    q = p;
+    q.n_parallel = f.max_parallel + 1;
+    memfit_compute(&cfg, GIB, &q, 2 * GIB, 4 * GIB, "test", &g);
+    assert_false(g.fits);
+    char buf[2048];
+    memfit_table(&f, &p, buf, sizeof buf);
+    printf("%s", buf);
+    assert_non_null(strstr(buf, "DOES NOT FIT"));
+    assert_non_null(strstr(buf, "largest --context"));
+    assert_non_null(strstr(buf, "--parallel"));
+    char small[16];
+    assert_true(memfit_table(&f, &p, small, sizeof small) > sizeof small);
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
+static void test_probes(void **state) {
+    (void)state;
+    int64_t fr = 0, tot = 0, w = 0;
+    const char *src = NULL;
+    assert_ok(memfit_device_memory("cpu", 0, &fr, &tot, &src));
+    assert_true(fr > 0 && tot >= fr);
+    assert_non_null(strstr(src, "MemAvailable"));
+    assert_int_equal(memfit_device_memory("tpu", 0, &fr, &tot, &src), Q_EINVAL);
+    assert_ok(memfit_weights_bytes(dir, &w));
+    assert_true(w > 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sums_and_verdict),
+        cmocka_unit_test(test_advice),
+        cmocka_unit_test(test_probes),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
