@@ -10,6 +10,8 @@
 
 #include "cli.h"
 #include "engine/engine.h"
+#include "engine/memfit.h"
+#include "format/config.h"
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/server.h"
@@ -17,7 +19,8 @@
 #include "tokenizer/tokenizer.h"
 #include "util/log.h"
 
-#define SERVE_DEFAULT_CONTEXT 4096 /* until K/V grows as used (the memory issue), slots are allocated whole */
+#define SERVE_FALLBACK_CONTEXT 4096 /* when the config names no max_position_embeddings */
+#define SERVE_DEFAULT_KV_GROW 1024  /* rows: 8 MiB per attention layer of a 9B slot in f32, 4 CUDA granules */
 
 static void serve_usage(FILE *f) {
     fprintf(f,
@@ -27,26 +30,34 @@ static void serve_usage(FILE *f) {
             "  --host ADDR          numeric address to listen on (default 127.0.0.1)\n"
             "  --port N             (default 8080)\n"
             "  --parallel N         streams decoding together (slots; default 1)\n"
-            "  --context N          positions per slot (default: the model's max_position_embeddings, but\n"
-            "                       at most %d for now, since each slot's K/V is allocated whole)\n"
+            "  --context N          positions per slot (default: the model's max_position_embeddings)\n"
+            "  --kv-grow ROWS       K/V grows in steps of ROWS as a stream uses it and is given back when it\n"
+            "                       ends (a multiple of 16; also QUILL_KV_GROW; default %d; 0: each slot\n"
+            "                       holds --context rows from its first use)\n"
+            "  --kv-budget-rows N   K/V rows all slots may hold together (default parallel x context);\n"
+            "                       a request is charged prompt + max_tokens rows and waits until it fits\n"
+            "  --memory-reserve-gib G  memory left free by the startup fit (default max(10 %%, 2 GiB))\n"
             "  --prefill-chunk N    prompt rows per round (default 512)\n"
             "  --queue N            requests waiting for a slot; beyond it 503 + Retry-After (default 64)\n"
-            "  --backend cpu|cuda   (default cpu)\n"
+            "  --backend cpu|cuda   (default: cuda when a GPU is present, else cpu)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --name NAME          model id reported by /v1/models (default: MODEL_DIR's base name)\n"
             "MODEL_DIR defaults to $QUILL_MODEL, else the model bundled in the repo. It must hold\n"
-            "tokenizer.json; the chat template comes from chat_template.jinja or tokenizer_config.json.\n",
-            SERVE_DEFAULT_CONTEXT);
+            "tokenizer.json; the chat template comes from chat_template.jinja or tokenizer_config.json.\n"
+            "Startup refuses, with the arithmetic, a --context / --parallel whose memory cannot be kept.\n",
+            SERVE_DEFAULT_KV_GROW);
 }
 
 typedef struct serve_opts {
     const char *model, *host, *backend, *name;
-    long long port, parallel, context, prefill_chunk, queue, threads;
+    long long port, parallel, context, prefill_chunk, queue, threads, kv_grow, kv_budget_rows;
+    double reserve_gib; /* < 0: the default */
 } serve_opts;
 
 /* 0: run; 1: printed help; 2: usage error. */
 static int parse_opts(int argc, char **argv, serve_opts *o) {
-    *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .prefill_chunk = 512, .queue = 64};
+    *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .prefill_chunk = 512, .queue = 64,
+                      .kv_grow = -1, .reserve_gib = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -76,6 +87,9 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--prefill-chunk")) bad = cli_parse_int(v, 1, 1 << 20, &o->prefill_chunk);
         else if (!strcmp(a, "--queue")) bad = cli_parse_int(v, 0, 1 << 20, &o->queue);
         else if (!strcmp(a, "--threads")) bad = cli_parse_int(v, 1, 4096, &o->threads);
+        else if (!strcmp(a, "--kv-grow")) bad = cli_parse_int(v, 0, 1 << 24, &o->kv_grow) || o->kv_grow % 16;
+        else if (!strcmp(a, "--kv-budget-rows")) bad = cli_parse_int(v, 1, (long long)1 << 40, &o->kv_budget_rows);
+        else if (!strcmp(a, "--memory-reserve-gib")) bad = cli_parse_float(v, &o->reserve_gib) || o->reserve_gib < 0;
         else {
             fprintf(stderr, "quill serve: unknown option %s\n", a);
             serve_usage(stderr);
@@ -87,6 +101,38 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         }
     }
     return 0;
+}
+
+/* The startup fit (engine/memfit.h): picks the context (the model's unless --context) and refuses,
+ * printing the arithmetic, what the device cannot keep. Returns 0 to go on. */
+static int startup_fit(const char *dir, const char *backend, const serve_opts *o, int *n_ctx) {
+    qwen35_config cfg;
+    if (qwen35_config_load(dir, &cfg) != Q_OK) {
+        fprintf(stderr, "quill serve: %s\n", q_lasterr());
+        return 1;
+    }
+    int max_pos = cfg.max_positions > 0 ? cfg.max_positions : SERVE_FALLBACK_CONTEXT;
+    *n_ctx = o->context ? (int)o->context : max_pos;
+    if (o->context > max_pos)
+        q_warn("--context %lld is more than the model's max_position_embeddings (%d)", o->context, max_pos);
+    int64_t weights = 0, free_b = 0, total_b = 0;
+    const char *src = NULL;
+    if (memfit_weights_bytes(dir, &weights) != Q_OK ||
+        memfit_device_memory(backend, 0, &free_b, &total_b, &src) != Q_OK) {
+        fprintf(stderr, "quill serve: memory fit: %s\n", q_lasterr());
+        qwen35_config_free(&cfg);
+        return 1;
+    }
+    qmemfit_params p = {.n_ctx = *n_ctx, .n_parallel = (int)o->parallel, .prefill_chunk = (int)o->prefill_chunk,
+                        .kv_budget_rows = o->kv_budget_rows, .prompt_cache_gib = 0, .reserve_gib = o->reserve_gib};
+    qmemfit f;
+    memfit_compute(&cfg, weights, &p, free_b, total_b, src, &f);
+    qwen35_config_free(&cfg);
+    if (f.fits) return 0;
+    char table[4096];
+    memfit_table(&f, &p, table, sizeof table);
+    fprintf(stderr, "quill serve: this does not fit in memory:\n%s", table);
+    return 1;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -107,7 +153,16 @@ int cmd_serve(int argc, char **argv) {
     qsrv s;
     memset(&s, 0, sizeof s);
 
+    qengine_params ep = engine_params_default();
+    if (engine_params_from_env(&ep) != Q_OK) {
+        fprintf(stderr, "quill serve: %s\n", q_lasterr());
+        goto out;
+    }
+    if (!getenv("QUILL_KV_GROW")) ep.kv_grow = SERVE_DEFAULT_KV_GROW; /* memory held follows use */
+    if (o.kv_grow >= 0) ep.kv_grow = (int)o.kv_grow;
+    int n_ctx = 0;
     if (!(be = cli_backend_create(o.backend, (int)o.threads))) goto out;
+    if (startup_fit(dir, be->ops->name, &o, &n_ctx)) goto out;
     if (qwen35_open(dir, be, &m) != Q_OK) {
         fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
         goto out;
@@ -122,10 +177,6 @@ int cmd_serve(int argc, char **argv) {
     }
     if (metrics_create(&metrics) != Q_OK) goto out;
 
-    int max_pos = m->cfg.max_positions > 0 ? m->cfg.max_positions : SERVE_DEFAULT_CONTEXT;
-    int n_ctx = o.context ? (int)o.context : (max_pos < SERVE_DEFAULT_CONTEXT ? max_pos : SERVE_DEFAULT_CONTEXT);
-    if (o.context && o.context > max_pos)
-        q_warn("--context %lld is more than the model's max_position_embeddings (%d)", o.context, max_pos);
 
     s.model = m;
     s.tok = tok;
@@ -154,8 +205,11 @@ int cmd_serve(int argc, char **argv) {
     if (pthread_rwlock_init(&s.engine_lock, NULL)) goto out;
     lock_ready = 1;
 
-    qengine_params ep = {.n_parallel = (int)o.parallel, .n_ctx = n_ctx, .prefill_chunk = (int)o.prefill_chunk,
-                         .queue_cap = (int)o.queue};
+    ep.n_parallel = (int)o.parallel;
+    ep.n_ctx = n_ctx;
+    ep.prefill_chunk = (int)o.prefill_chunk;
+    ep.queue_cap = (int)o.queue;
+    ep.kv_budget_rows = o.kv_budget_rows;
     if (engine_create(m, &ep, &s.engine) != Q_OK) {
         fprintf(stderr, "quill serve: engine: %s\n", q_lasterr());
         goto out;
@@ -164,8 +218,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quill serve: %s\n", q_lasterr());
         goto out;
     }
-    q_info("quill serve: %s (%s) on http://%s:%lld, %d slots x %d positions, queue %lld", dir, s.model_name, o.host,
-           o.port, s.n_parallel, n_ctx, o.queue);
+    q_info("quill serve: %s (%s) on http://%s:%lld, backend %s, %d slots x %d positions, K/V grow %d, queue %lld", dir,
+           s.model_name, o.host, o.port, be->ops->name, s.n_parallel, n_ctx, ep.kv_grow, o.queue);
 
     int sig = http_wait_signal();
     q_info("quill serve: signal %d: stopping", sig);

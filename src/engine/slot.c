@@ -9,7 +9,6 @@
 #include "slot.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 #include "engine_internal.h"
 

@@ -48,7 +48,16 @@ void endpoint_metrics(qsrv *s, const hreq *rq, hreply *out) {
         have = 1;
     }
     pthread_rwlock_unlock(&s->engine_lock);
-    if (metrics_render(s->metrics, have ? &st : NULL, &out->body)) {
+    char *mem = NULL;
+    pthread_rwlock_rdlock(&s->engine_lock);
+    if (have && s->engine && !atomic_load(&s->stopping)) { /* memory gauges, same figures as /memory */
+        size_t need = engine_memory_prometheus(s->engine, NULL, 0);
+        if ((mem = malloc(need + 1)) != NULL) engine_memory_prometheus(s->engine, mem, need + 1);
+    }
+    pthread_rwlock_unlock(&s->engine_lock);
+    int bad = metrics_render(s->metrics, have ? &st : NULL, &out->body) || (mem && sbuf_adds(&out->body, mem));
+    free(mem);
+    if (bad) {
         server_error_reply(out, 500, "", "out of memory");
         return;
     }
@@ -56,12 +65,27 @@ void endpoint_metrics(qsrv *s, const hreq *rq, hreply *out) {
     out->ctype = "text/plain; version=0.0.4";
 }
 
-/* For now the fixed parts; the memory issue adds what is held now and its peak. */
+/* What is held now and its peak (engine/engine_memory.c renders it). */
 void endpoint_memory(qsrv *s, const hreq *rq, hreply *out) {
     (void)rq;
-    json_out(out, json_pack("{s:I, s:I, s:i, s:I}", "weights_bytes", (json_int_t)s->weights_bytes,
-                            "slot_state_bytes", (json_int_t)s->slot_bytes, "n_slots", s->n_parallel, "total_bytes",
-                            (json_int_t)(s->weights_bytes + s->slot_bytes * s->n_parallel)));
+    char *text = NULL;
+    qstatus st = Q_EINVAL;
+    pthread_rwlock_rdlock(&s->engine_lock);
+    if (s->engine && !atomic_load(&s->stopping)) st = engine_memory_json(s->engine, &text);
+    pthread_rwlock_unlock(&s->engine_lock);
+    if (st != Q_OK) {
+        free(text);
+        server_error_reply(out, 503, "", "memory figures unavailable: %s", q_lasterr());
+        return;
+    }
+    if (sbuf_adds(&out->body, text)) {
+        free(text);
+        server_error_reply(out, 500, "", "out of memory");
+        return;
+    }
+    free(text);
+    out->status = 200;
+    out->ctype = "application/json";
 }
 
 static json_t *parse_body(const hreq *rq, hreply *out) {

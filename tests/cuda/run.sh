@@ -4,7 +4,9 @@
 #   1. every CUDA op against the CPU reference on random inputs, and EXACT(batch) on the GPU;
 #   2. every model golden (transformers' fp32 logits and greedy tokens) through the CUDA backend;
 #   3. the batch-invariance / chunking / prefill-vs-decode tests through the CUDA backend;
-#   4. compute-sanitizer memcheck and racecheck on a short `quill run`.
+#   4. K/V that grows through CUDA virtual memory: mapping, a kernel across a boundary, equal tokens
+#      with grow on and off;
+#   5. compute-sanitizer memcheck and racecheck on a short `quill run`.
 # Prints one table; exits non-zero on any failure.
 set -u
 cd "$(dirname "$0")/../.."
@@ -12,7 +14,7 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/cuda-tests.log
 : >"$log"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
 if [ $? -ne 0 ]; then tail -40 "$log"; echo "build failed"; exit 1; fi
 declare -a rows
 fails=0
@@ -27,6 +29,7 @@ step() { # name, command...
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
 step "cuda ops vs cpu, batch invariance" "$build/cuda_test_cuda_ops"
+step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "model goldens via cpu" env QUILL_TEST_BACKEND=cpu "$build/golden_test_model_goldens"

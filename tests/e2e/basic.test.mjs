@@ -15,11 +15,28 @@ test('GET /v1/models, /health, /memory, /metrics; unknown route 404', async () =
   assert.ok(id.length > 0);
   assert.equal((await fetch(`${URL}/health`)).status, 200);
   const mem = await (await fetch(`${URL}/memory`)).json();
-  assert.ok(mem.weights_bytes > 0 && mem.slot_state_bytes > 0);
+  assert.ok(mem.held.weights > 0 && mem.held.gdn_states > 0 && mem.held.kv_mapped > 0);
+  assert.ok(mem.peak.total >= mem.held.total);
+  assert.equal(mem.slots.length, 4);
+  assert.equal(mem.kv.grow_rows, 1024); // quill serve's default: K/V grows as used
   const met = await (await fetch(`${URL}/metrics`)).text();
   assert.match(met, /quill_requests_total\{status="200"\}/);
+  assert.match(met, /quill_memory_bytes\{kind="kv_mapped"\}/);
   assert.match(met, /quill_time_to_first_token_seconds_bucket/);
   assert.equal((await fetch(`${URL}/v2/nothing`)).status, 404);
+});
+
+test('/memory: K/V held grows with a long reply and is given back when it ends', async () => {
+  const before = (await (await fetch(`${URL}/memory`)).json()).held.kv_mapped;
+  const r = await oa.completions.create({ model: 'm', prompt: 'x '.repeat(600), max_tokens: 600, ignore_eos: true });
+  assert.equal(r.usage.completion_tokens, 600);
+  let mem = await (await fetch(`${URL}/memory`)).json();
+  for (let i = 0; i < 50 && mem.held.kv_mapped !== before; i++) { // given back after the round
+    await new Promise((res) => setTimeout(res, 20));
+    mem = await (await fetch(`${URL}/memory`)).json();
+  }
+  assert.equal(mem.held.kv_mapped, before);
+  assert.ok(mem.peak.kv_mapped > before, 'the slot grew past its first rows while the reply ran');
 });
 
 test('chat completion, not streamed: message, usage, finish_reason', async () => {
