@@ -18,7 +18,7 @@ typedef struct env {
     int V;
 } env;
 
-static int env_setup(void **state) {
+static inline int env_setup(void **state) {
     static env e;
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/models/gqa4-v2k", QUILL_FIXTURES);
@@ -33,14 +33,14 @@ static int env_setup(void **state) {
     return 0;
 }
 
-static int env_teardown(void **state) {
+static inline int env_teardown(void **state) {
     env *e = *state;
     qwen35_close(e->m);
     e->be->ops->destroy(e->be);
     return 0;
 }
 
-static void make_prompt(int32_t *ids, int n, int V, unsigned seed) {
+static inline void make_prompt(int32_t *ids, int n, int V, unsigned seed) {
     for (int i = 0; i < n; i++) {
         seed = seed * 1103515245u + 12345u;
         ids[i] = (int32_t)((seed >> 8) % (unsigned)V);
@@ -49,7 +49,7 @@ static void make_prompt(int32_t *ids, int n, int V, unsigned seed) {
 
 /* The reference: one stream through generate() in a whole-context state, eos excluded as the engine
  * hands it over. */
-static int run_alone(env *e, int n_ctx, const int32_t *prompt, int n_prompt, int max_tokens, qsampling sp,
+static inline int run_alone(env *e, int n_ctx, const int32_t *prompt, int n_prompt, int max_tokens, qsampling sp,
                      int ignore_eos, int32_t *out) {
     qwen35_state *st = NULL;
     assert_ok(qwen35_state_create(e->m, n_ctx, &st));
@@ -61,7 +61,7 @@ static int run_alone(env *e, int n_ctx, const int32_t *prompt, int n_prompt, int
 }
 
 /* Reads every token of r until it finishes. */
-static int collect(qreq *r, int32_t *buf, int cap, qfinish *fin) {
+static inline int collect(qreq *r, int32_t *buf, int cap, qfinish *fin) {
     int n = 0;
     *fin = QFINISH_NONE;
     while (*fin == QFINISH_NONE) {
@@ -74,7 +74,7 @@ static int collect(qreq *r, int32_t *buf, int cap, qfinish *fin) {
     return n;
 }
 
-static qreq *submit_req(qengine *eng, const int32_t *prompt, int n_prompt, int max_tokens, qsampling sp,
+static inline qreq *submit_req(qengine *eng, const int32_t *prompt, int n_prompt, int max_tokens, qsampling sp,
                         int ignore_eos) {
     qreq_params rp = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = max_tokens, .sampling = sp,
                       .ignore_eos = ignore_eos};
@@ -83,13 +83,13 @@ static qreq *submit_req(qengine *eng, const int32_t *prompt, int n_prompt, int m
     return r;
 }
 
-static void sleep_ms(int ms) {
+static inline void sleep_ms(int ms) {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
 /* Waits (up to 10 s) until the engine reports kv_held_rows == rows; returns the last snapshot. */
-static qengine_memory wait_held_rows(qengine *eng, int64_t rows) {
+static inline qengine_memory wait_held_rows(qengine *eng, int64_t rows) {
     qengine_memory m;
     for (int i = 0; i < 1000; i++) {
         engine_get_memory(eng, &m, NULL, NULL, 0);

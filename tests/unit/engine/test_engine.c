@@ -18,73 +18,15 @@
 #include <sys/resource.h>
 #include <time.h>
 
-#include "engine/engine.h"
-#include "engine/generate.h"
-#include "harness.h"
-#include "util/hash.h"
+#include "engine_fixture.h"
 
 #define N_CTX 192
 
-typedef struct env {
-    qbackend *be;
-    qwen35_model *m;
-    int V;
-} env;
-
-static int setup(void **state) {
-    static env e;
-    char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/gqa4-v2k", QUILL_FIXTURES);
-    if (cpu_backend_create(0, &e.be) != Q_OK) return -1;
-    if (qwen35_open(dir, e.be, &e.m) != Q_OK) {
-        fprintf(stderr, "%s\n", q_lasterr());
-        e.be->ops->destroy(e.be);
-        return -1;
-    }
-    e.V = e.m->cfg.vocab_size;
-    *state = &e;
-    return 0;
-}
-
-static int teardown(void **state) {
-    env *e = *state;
-    qwen35_close(e->m);
-    e->be->ops->destroy(e->be);
-    return 0;
-}
-
-static void make_prompt(int32_t *ids, int n, int V, unsigned seed) {
-    for (int i = 0; i < n; i++) {
-        seed = seed * 1103515245u + 12345u;
-        ids[i] = (int32_t)((seed >> 8) % (unsigned)V);
-    }
-}
-
-/* The reference: one stream through generate(), eos excluded as the engine hands it over. */
-static int run_alone(env *e, const int32_t *prompt, int n_prompt, int max_tokens, qsampling sp,
-                     int ignore_eos, int32_t *out) {
-    qwen35_state *st = NULL;
-    assert_ok(qwen35_state_create(e->m, N_CTX, &st));
-    qgen_params gp = {.n_predict = max_tokens, .prefill_chunk = 64, .ignore_eos = ignore_eos, .sampling = sp};
-    qgen_result res;
-    assert_ok(generate(e->m, st, prompt, n_prompt, &gp, out, NULL, &res));
-    qwen35_state_destroy(e->m, st);
-    return res.n_tokens - res.stopped_eos;
-}
-
-/* Reads every token of r until it finishes. */
-static int collect(qreq *r, int32_t *buf, int cap, qfinish *fin) {
-    int n = 0;
-    *fin = QFINISH_NONE;
-    while (*fin == QFINISH_NONE) {
-        int got = engine_next(r, n, buf + n, cap - n, 10000, fin);
-        n += got;
-        if (n == cap && *fin == QFINISH_NONE) { /* more than asked for: fail rather than hang */
-            assert_int_equal(engine_next(r, n, NULL, 0, 10000, fin), 0);
-            assert_int_not_equal(*fin, QFINISH_NONE);
-        }
-    }
-    return n;
+/* env, env_setup/env_teardown, make_prompt, collect and run_alone (with the context) come from the
+ * fixture the engine's memory tests share. */
+static int run_alone_ctx(env *e, const int32_t *prompt, int n_prompt, int max_tokens, qsampling sp,
+                         int ignore_eos, int32_t *out) {
+    return run_alone(e, N_CTX, prompt, n_prompt, max_tokens, sp, ignore_eos, out);
 }
 
 static qengine *make_engine(env *e, int n_parallel, int queue_cap) {
@@ -132,7 +74,7 @@ static void alone_vs_batched(env *e, int flip) {
             sp[s].top_p = 0.95f;
             sp[s].seed = 1234u + 7u * (unsigned)s + 100u * (unsigned)flip;
         }
-        n_ref[s] = run_alone(e, prompts[s], prompt_lens[s], max_tokens[s], sp[s], 0, ref[s]);
+        n_ref[s] = run_alone_ctx(e, prompts[s], prompt_lens[s], max_tokens[s], sp[s], 0, ref[s]);
         sum_prompt += (uint64_t)prompt_lens[s];
         sum_gen += (uint64_t)n_ref[s];
         alone_forwards += (uint64_t)((prompt_lens[s] + 63) / 64 + n_ref[s] - 1);
@@ -219,7 +161,7 @@ static void test_cancel_and_reuse(void **state) {
     qsampling sp = qsampling_default();
     sp.temperature = 0.8f;
     sp.seed = 99;
-    int n_ref = run_alone(e, pb, 24, 8, sp, 0, ref);
+    int n_ref = run_alone_ctx(e, pb, 24, 8, sp, 0, ref);
 
     qengine *eng = make_engine(e, 1, 4);
     qreq *a = submit(eng, pa, 20, N_CTX - 20, sp); /* runs in the only slot */
@@ -258,7 +200,7 @@ static void test_eos(void **state) {
     int32_t prompt[12], ref[12], got[12];
     make_prompt(prompt, 12, e->V, 31);
     qsampling sp = qsampling_default();
-    int n_ref = run_alone(e, prompt, 12, 12, sp, 0, ref);
+    int n_ref = run_alone_ctx(e, prompt, 12, 12, sp, 0, ref);
     assert_true(n_ref > 6);
     qwen35_config saved = e->m->cfg; /* no engine runs while the config is changed */
     int32_t eos = ref[6];
@@ -266,7 +208,7 @@ static void test_eos(void **state) {
     while (ref[first] != eos) first++;
     e->m->cfg.eos_ids[0] = eos;
     e->m->cfg.n_eos = 1;
-    int n_alone = run_alone(e, prompt, 12, 12, sp, 0, ref);
+    int n_alone = run_alone_ctx(e, prompt, 12, 12, sp, 0, ref);
     assert_int_equal(n_alone, first);
     qengine *eng = make_engine(e, 2, 4);
     qreq *r = submit(eng, prompt, 12, 12, sp);
@@ -304,7 +246,7 @@ static void test_forward_error(void **state) {
     int32_t prompt[20], ref[6], got[6];
     make_prompt(prompt, 20, e->V, 41);
     qsampling sp = qsampling_default();
-    int n_ref = run_alone(e, prompt, 20, 6, sp, 0, ref);
+    int n_ref = run_alone_ctx(e, prompt, 20, 6, sp, 0, ref);
     static qbackend_ops ops;
     real_ops = e->be->ops;
     ops = *real_ops;
@@ -462,5 +404,5 @@ int main(void) {
         cmocka_unit_test(test_release_and_destroy),
         cmocka_unit_test(test_idle_sleeps),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, env_setup, env_teardown);
 }
