@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "cli.h"
+#include "engine/engine.h"
 #include "engine/generate.h"
 
 static double now_s(void) {
@@ -158,15 +159,46 @@ static qstatus bench_prefill(qwen35_model *m, int n, int chunk, double *tps) {
     return rc;
 }
 
+/* Cold prefill of an n-token prompt through the engine (one slot, default chunking), K/V growing in
+ * steps of kv_grow rows (0: allocated whole): seconds from submit to the first token. */
+static qstatus engine_prefill_seconds(qwen35_model *m, int n, int kv_grow, double *secs) {
+    qengine_params p = engine_params_default();
+    p.n_parallel = 1;
+    p.n_ctx = n + 1;
+    p.kv_grow = kv_grow;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) return q_fail(Q_ENOMEM, "bench: out of memory");
+    for (int i = 0; i < n; i++) ids[i] = (i * 7919) % 1000 + 1;
+    qengine *e = NULL;
+    qstatus rc = engine_create(m, &p, &e);
+    qreq *r = NULL;
+    qreq_params rp = {.prompt = ids, .n_prompt = n, .max_tokens = 1, .ignore_eos = 1, .sampling = qsampling_default()};
+    double t0 = now_s();
+    if (rc == Q_OK) rc = engine_submit(e, &rp, &r);
+    if (rc == Q_OK) {
+        qfinish fin = QFINISH_NONE;
+        int32_t tok;
+        while (fin == QFINISH_NONE) engine_next(r, 0, &tok, 1, -1, &fin);
+        *secs = now_s() - t0;
+        if (fin == QFINISH_ERROR) rc = q_fail(Q_EINVAL, "bench: %s", engine_error(r));
+        engine_release(r);
+    }
+    engine_destroy(e);
+    free(ids);
+    return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *backend = NULL;
     int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
-    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32;
+    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
-                   "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n");
+                   "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
+                   "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
+                   "                                        K/V whole vs growing in 1024-row steps)\n");
             return 0;
         }
         if (a[0] != '-') { model_arg = a; continue; }
@@ -179,6 +211,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--prefill-chunk") && !cli_parse_int(v, 1, 1 << 20, &iv)) chunk = (int)iv;
         else if (!strcmp(a, "--steps") && !cli_parse_int(v, 1, 64, &iv)) steps = (int)iv;
+        else if (!strcmp(a, "--grow-prefill") && !cli_parse_int(v, 1, 1 << 24, &iv)) grow_prefill = (int)iv;
         else { fprintf(stderr, "quill bench: bad option %s %s\n", a, v); return 2; }
         if (n_pre < 0 || n_ctx < 0 || n_streams < 0) { fprintf(stderr, "quill bench: bad list '%s'\n", v); return 2; }
     }
@@ -197,8 +230,24 @@ int cmd_bench(int argc, char **argv) {
            m->w.n_bytes / 1e9, wb / 1e9);
     printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n\n", bw / 1e9,
            bw > 0 ? bw / (double)wb : 0.0);
-    printf("| figure | tokens/s | floor |\n|---|---|---|\n");
     int rc = 0;
+    if (grow_prefill) { /* issue 6: growth must cost next to nothing */
+        double t_whole = 0, t_grow = 0;
+        for (int rep = 0; rep < 2 && !rc; rep++) /* the first pair warms up */
+            if (engine_prefill_seconds(m, grow_prefill, 0, &t_whole) != Q_OK ||
+                engine_prefill_seconds(m, grow_prefill, 1024, &t_grow) != Q_OK) {
+                fprintf(stderr, "quill bench: %s\n", q_lasterr());
+                rc = 1;
+            }
+        if (!rc)
+            printf("| cold prefill %d through the engine | K/V whole %.3f s (%.0f tokens/s) | grow 1024: %.3f s "
+                   "(%.0f tokens/s) | grow / whole %.4f |\n",
+                   grow_prefill, t_whole, grow_prefill / t_whole, t_grow, grow_prefill / t_grow, t_grow / t_whole);
+        qwen35_close(m);
+        be->ops->destroy(be);
+        return rc;
+    }
+    printf("| figure | tokens/s | floor |\n|---|---|---|\n");
     for (int i = 0; i < n_pre && !rc; i++) {
         double t = 0;
         if (bench_prefill(m, prefills[i], chunk, &t) != Q_OK) { fprintf(stderr, "quill bench: %s\n", q_lasterr()); rc = 1; break; }
