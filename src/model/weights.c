@@ -15,7 +15,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "../util/log.h"
 #include "weights_internal.h"
 
 #define NAME_CAP 256
@@ -231,7 +234,20 @@ static qstatus load_all(wload *c) {
     Q_TRY(load_vec(c, m, g->hidden, 1, &w->final_norm));
     w->layers = calloc((size_t)g->n_layers, sizeof *w->layers);
     if (!w->layers) return q_fail(Q_ENOMEM, "%s: out of memory", c->dir);
-    for (int l = 0; l < g->n_layers; l++) Q_TRY(load_layer(c, l, &w->layers[l]));
+    /* progress: a line rewritten per layer on a terminal; a summary line for models of 100 MB and up */
+    const int tty = isatty(2);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (int l = 0; l < g->n_layers; l++) {
+        Q_TRY(load_layer(c, l, &w->layers[l]));
+        if (tty) fprintf(stderr, "\rloading weights into %s: layer %d/%d, %.2f GB", c->be->ops->name, l + 1,
+                         g->n_layers, w->n_bytes / 1e9);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (tty) fprintf(stderr, "\n");
+    if (w->n_bytes >= 100000000)
+        q_info("loaded %s: %d layers, %.2f GB into %s in %.1f s", c->dir, g->n_layers, w->n_bytes / 1e9,
+               c->be->ops->name, (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9);
     return Q_OK;
 }
 
