@@ -255,6 +255,10 @@ typedef struct jctx {
 /* Operators and access (jinja_ops.c); n is the operation's node, for messages. jinja_op_undefined
  * fails naming x, the expression that was undefined, and what was attempted on it. */
 qstatus jinja_op_undefined(jctx *cx, const jnode *x, const char *what);
+/* Shared by the filters and the methods (jinja_filters.c): a string value from b's bytes (b's buffer is
+ * freed either way), and the check that v is a string ("WHAT expects a string" otherwise). */
+qstatus jinja_str_from_buf(jctx *cx, jbuf *b, jv *out);
+qstatus jinja_need_str(jctx *cx, jv v, const char *what);
 qstatus jinja_op_attr(jctx *cx, const jnode *n, jv obj, const char *s, size_t len, jv *out);
 qstatus jinja_op_item(jctx *cx, const jnode *n, jv obj, jv key, jv *out);
 qstatus jinja_op_slice(jctx *cx, const jnode *n, jv obj, const jv *p, jv *out); /* p: start, stop, step */

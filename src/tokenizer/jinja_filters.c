@@ -19,7 +19,7 @@
 #define FAIL(st, ...) q_fail(st, "chat template line %d: " __VA_ARGS__)
 #define IS(s, n, lit) ((n) == sizeof(lit) - 1 && memcmp((s), (lit), (n)) == 0)
 
-static qstatus mkstr(jctx *cx, jbuf *b, jv *out) {
+qstatus jinja_str_from_buf(jctx *cx, jbuf *b, jv *out) {
     char *s = b->oom ? NULL : ja_strdup(cx->a, b->p ? b->p : "", b->n);
     size_t n = b->n;
     free(b->p);
@@ -28,7 +28,7 @@ static qstatus mkstr(jctx *cx, jbuf *b, jv *out) {
     return Q_OK;
 }
 
-static qstatus need_str(jctx *cx, jv v, const char *what) {
+qstatus jinja_need_str(jctx *cx, jv v, const char *what) {
     if (v.k == JV_STR) return Q_OK;
     return FAIL(Q_EINVAL, "%s expects a string, got %s", cx->line, what, jv_kind_name(v));
 }
@@ -173,7 +173,7 @@ qstatus jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jv *args
             return FAIL(Q_EUNSUPPORTED, "tojson: only indent (int) and sort_keys supported", cx->line);
         qstatus rc = jv_to_json(&b, in, ind && ind->k == JV_INT ? (int)jinja_int_arg(ind, -1) : -1, sk ? jv_truthy(*sk) : 0);
         if (rc) { free(b.p); return q_wrap(rc, "chat template line %d", cx->line); }
-        return mkstr(cx, &b, out);
+        return jinja_str_from_buf(cx, &b, out);
     }
     if (F("string")) return jv_as_str(cx->a, in, out) ? FAIL(Q_EUNSUPPORTED, "cannot convert a %s to a string", cx->line, jv_kind_name(in)) : Q_OK;
     if (F("trim")) {
@@ -228,7 +228,7 @@ qstatus jinja_filter(jctx *cx, const char *name, size_t n, jv in, const jv *args
     if (F("join")) {
         const jv *attr = kwarg(kwname, kwlen, kw, n_kw, "attribute");
         jv sep = a0 ? *a0 : jv_str("", 0);
-        Q_TRY(need_str(cx, sep, "join separator"));
+        Q_TRY(jinja_need_str(cx, sep, "join separator"));
         Q_TRY(jinja_iterate(cx, in, &l));
         if (attr) {
             jlist *m = jl_new(cx->a, l->n);

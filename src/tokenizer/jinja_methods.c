@@ -23,20 +23,6 @@ static int in_list(const char *s, size_t n, const char *const *names) {
     return 0;
 }
 
-static qstatus mkstr(jctx *cx, jbuf *b, jv *out) {
-    char *s = b->oom ? NULL : ja_strdup(cx->a, b->p ? b->p : "", b->n);
-    size_t n = b->n;
-    free(b->p);
-    if (!s) return OOM();
-    *out = jv_str(s, n);
-    return Q_OK;
-}
-
-static qstatus need_str(jctx *cx, jv v, const char *what) {
-    if (v.k == JV_STR) return Q_OK;
-    return FAIL(Q_EINVAL, "%s expects a string, got %s", cx->line, what, jv_kind_name(v));
-}
-
 /* ---- string helpers -------------------------------------------------------------------------- */
 
 /* Does code point cp belong to chars (NULL: Python whitespace)? */
@@ -153,7 +139,7 @@ qstatus jinja_str_replace(jctx *cx, jv s, jv old, jv new, int64_t count, jv *out
             i += k;
         }
         jb_put(&b, p + i, n - i);
-        return mkstr(cx, &b, out);
+        return jinja_str_from_buf(cx, &b, out);
     }
     const char *f;
     while ((count < 0 || done < count) && (f = jinja_str_find(p + i, n - i, old.u.s.p, old.u.s.n))) {
@@ -163,7 +149,7 @@ qstatus jinja_str_replace(jctx *cx, jv s, jv old, jv new, int64_t count, jv *out
         done++;
     }
     jb_put(&b, p + i, n - i);
-    return mkstr(cx, &b, out);
+    return jinja_str_from_buf(cx, &b, out);
 }
 
 qstatus jinja_str_case(jctx *cx, jv s, int upper, jv *out) {
@@ -178,7 +164,7 @@ qstatus jinja_str_case(jctx *cx, jv s, int upper, jv *out) {
         if (!upper && c >= 'A' && c <= 'Z') c = (char)(c + 32);
         jb_putc(&b, c);
     }
-    return mkstr(cx, &b, out);
+    return jinja_str_from_buf(cx, &b, out);
 }
 
 qstatus jinja_str_join(jctx *cx, jlist *l, jv sep, int strict, jv *out) {
@@ -190,7 +176,7 @@ qstatus jinja_str_join(jctx *cx, jlist *l, jv sep, int strict, jv *out) {
             return FAIL(Q_EINVAL, "join: item %zu is a %s", cx->line, i, jv_kind_name(l->v[i]));
         }
     }
-    return mkstr(cx, &b, out);
+    return jinja_str_from_buf(cx, &b, out);
 }
 
 /* ---- methods --------------------------------------------------------------------------------- */
@@ -316,7 +302,7 @@ qstatus jinja_method_call(jctx *cx, const jmethod *m, const jv *args, size_t n_a
         size_t n_opts = a0->k == JV_LIST ? a0->u.l->n : 1;
         int r = 0;
         for (size_t i = 0; i < n_opts && !r; i++) {
-            Q_TRY(need_str(cx, opts[i], nm));
+            Q_TRY(jinja_need_str(cx, opts[i], nm));
             size_t pn = opts[i].u.s.n;
             r = pn <= s.u.s.n && (pn == 0 || memcmp(s.u.s.p + (ends ? s.u.s.n - pn : 0), opts[i].u.s.p, pn) == 0);
         }
@@ -329,7 +315,7 @@ qstatus jinja_method_call(jctx *cx, const jmethod *m, const jv *args, size_t n_a
     }
     if (!strcmp(nm, "strip") || !strcmp(nm, "lstrip") || !strcmp(nm, "rstrip")) {
         const jv *chars = (a0 && a0->k != JV_NONE) ? a0 : NULL;
-        if (chars) Q_TRY(need_str(cx, *chars, nm));
+        if (chars) Q_TRY(jinja_need_str(cx, *chars, nm));
         *out = jinja_str_strip(s, chars, nm[0] != 'r', nm[0] != 'l');
         return Q_OK;
     }
@@ -340,7 +326,7 @@ qstatus jinja_method_call(jctx *cx, const jmethod *m, const jv *args, size_t n_a
     if (!strcmp(nm, "find") || !strcmp(nm, "count")) {
         if (!a0) return FAIL(Q_EINVAL, "%s() needs an argument", cx->line, nm);
         if (a1) return FAIL(Q_EUNSUPPORTED, "%s() with start/end not supported", cx->line, nm);
-        Q_TRY(need_str(cx, *a0, nm));
+        Q_TRY(jinja_need_str(cx, *a0, nm));
         if (nm[0] == 'f') {
             const char *f = jinja_str_find(s.u.s.p, s.u.s.n, a0->u.s.p, a0->u.s.n);
             *out = jv_int(f ? (int64_t)ju_count(s.u.s.p, (size_t)(f - s.u.s.p)) : -1);
