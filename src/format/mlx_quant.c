@@ -11,7 +11,7 @@ void mlx_quantize_row(const float *w, int64_t n_in, int bits, int group, uint32_
     memset(codes, 0, (size_t)(n_in * bits / 32) * sizeof *codes);
     for (int64_t g = 0; g < n_in / group; g++) {
         const float *x = w + g * group;
-        float lo = FLT_MAX, hi = 0.0f; /* MLX starts the max at 0 */
+        float lo = FLT_MAX, hi = -FLT_MAX;
         for (int i = 0; i < group; i++) {
             lo = fminf(lo, x[i]);
             hi = fmaxf(hi, x[i]);
@@ -20,7 +20,7 @@ void mlx_quantize_row(const float *w, int64_t n_in, int bits, int group, uint32_
         int side = fabsf(lo) > fabsf(hi);
         if (!side) scale = -scale;
         float edge = side ? lo : hi;
-        float q0 = roundf(edge / scale);
+        float q0 = rintf(edge / scale); /* rint: ties to even, as MLX's CPU quantize */
         float bias = 0.0f;
         if (q0 != 0.0f) {
             scale = edge / q0;
@@ -29,7 +29,7 @@ void mlx_quantize_row(const float *w, int64_t n_in, int bits, int group, uint32_
         scales[g] = scale;
         biases[g] = bias;
         for (int i = 0; i < group; i++) {
-            float q = fminf(roundf((x[i] - bias) / scale), n_bins);
+            float q = fminf(fmaxf(rintf((x[i] - bias) / scale), 0.0f), n_bins);
             uint32_t code = q > 0.0f ? (uint32_t)q : 0u;
             int64_t bit = (g * group + i) * bits;
             codes[bit >> 5] |= code << (bit & 31);

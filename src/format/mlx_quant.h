@@ -1,8 +1,9 @@
-/* mlx_quant.h: MLX affine quantization of one row, as mlx.core.quantize (mode "affine") does it.
- * Per group of `group` values: the group's min and max (max taken with 0), scale = (max - min) /
- * (2^bits - 1) at least 1e-7, signed towards the edge of larger magnitude; the edge is snapped to a
- * whole code (scale = edge / round(edge / scale)) and becomes the bias unless it rounds to code 0;
- * codes = min(round((w - bias) / scale), 2^bits - 1), packed as a little-endian bit stream into
+/* mlx_quant.h: MLX affine quantization of one row, as mlx.core.quantize (mode "affine") does it on the
+ * CPU (mlx/backend/cpu/quantized.cpp; the golden script's quantizer follows the same one).
+ * Per group of `group` values: the group's min and max, scale = (max - min) / (2^bits - 1) at least
+ * 1e-7, signed towards the edge of larger magnitude; the edge is snapped to a whole code (scale =
+ * edge / rint(edge / scale)) and becomes the bias unless it rounds to code 0; codes =
+ * clamp(rint((w - bias) / scale), 0, 2^bits - 1) with rint rounding ties to even, packed as a little-endian bit stream into
  * uint32 words. Dequantized: scale * code + bias, with scale and bias rounded to the stored dtype. */
 #ifndef QUILL_MLX_QUANT_H
 #define QUILL_MLX_QUANT_H
