@@ -38,8 +38,10 @@ qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int 
         return q_fail(Q_EINVAL, "cuda rope: rot_dim %d (head_dim %d)", rot_dim, head_dim);
     rope_freqs f;
     const int half = rot_dim / 2;
-    for (int j = 0; j < half; j++) /* HF: 1 / theta^(arange(0, rot, 2) / rot), in f32 */
-        f.inv[j] = (float)(1.0 / pow((double)theta, (double)(2 * j) / (double)rot_dim));
+    for (int j = 0; j < half; j++) { /* as HF and the CPU twin: the exponent rounded to f32 first */
+        const float e = (float)(2 * j) / (float)rot_dim;
+        f.inv[j] = 1.0f / (float)pow((double)theta, (double)e);
+    }
     rope_kernel<<<n, 128, 0, cu_stream(be)>>>(x, n_heads, head_dim, half, pos, f);
     CU_LAUNCHED("rope");
     return Q_OK;

@@ -39,7 +39,7 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, const seq_desc *
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int row0 = seqs[blockIdx.y].row0, n_rows = seqs[blockIdx.y].n_rows;
     float *state = seqs[blockIdx.y].state;
-    if (c >= C) return;
+    if (c >= C || n_rows == 0) return; /* an empty seq may come with no state (as on the CPU) */
     float win[CONV_MAX_K]; /* win[0..K-2]: the previous inputs, oldest first */
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K - 1; j++) win[j] = j < K - 1 ? state[(int64_t)j * C + c] : 0.0f;
@@ -103,6 +103,7 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     const int h = blockIdx.x;
     const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
     float *S = seqs[blockIdx.z].state;
+    if (n_rows == 0) return; /* an empty seq may come with no state (as on the CPU) */
     const int lane = threadIdx.x & 31;
     const int j = blockIdx.y * GDN_COLS + (threadIdx.x >> 5);
     if (j >= d.v_dim) return; /* whole warps only */

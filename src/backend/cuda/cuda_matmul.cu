@@ -117,6 +117,8 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     if (n <= 0) return Q_OK;
     Q_TRY(check_weight(W, "matmul"));
     const int ch = gemv_chunk(W);
+    if (ch && (((uintptr_t)x | (uintptr_t)W->w) & 15)) /* never fall back: the kernel is the weight's */
+        return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
     if (ch) {
         dim3 grid(cu_blocks(W->n_out, GV_WARPS), cu_blocks(n, GV_ROWS));
         if (ch == 8) gemv_kernel<8><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);

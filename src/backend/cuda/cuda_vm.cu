@@ -148,6 +148,7 @@ extern "C" qstatus cuda_vm_map(qbackend *be, void *base, size_t from, size_t to)
     r = d->MemRelease(h); /* the mapping holds the memory from here until cuMemUnmap */
     if (r != CUDA_SUCCESS) {
         d->MemUnmap(at, len);
+        d->MemRelease(h); /* once unmapped, the release may go through: leave no handle alive */
         return drv_fail(d, r, "cuMemRelease", Q_ECUDA);
     }
     return Q_OK;
