@@ -158,7 +158,8 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quill serve: %s\n", q_lasterr());
         goto out;
     }
-    if (!getenv("QUILL_KV_GROW")) ep.kv_grow = SERVE_DEFAULT_KV_GROW; /* memory held follows use */
+    const char *env_grow = getenv("QUILL_KV_GROW");
+    if (!env_grow || !*env_grow) ep.kv_grow = SERVE_DEFAULT_KV_GROW; /* memory held follows use */
     if (o.kv_grow >= 0) ep.kv_grow = (int)o.kv_grow;
     int n_ctx = 0;
     if (!(be = cli_backend_create(o.backend, (int)o.threads))) goto out;
@@ -214,6 +215,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quill serve: engine: %s\n", q_lasterr());
         goto out;
     }
+    s.stream_rows_max = engine_stream_rows_max(s.engine);
     if (http_start(&s, o.host, (int)o.port, &http) != Q_OK) {
         fprintf(stderr, "quill serve: %s\n", q_lasterr());
         goto out;

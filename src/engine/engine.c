@@ -485,6 +485,12 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
     return Q_OK;
 }
 
+int engine_stream_rows_max(const qengine *e) {
+    int64_t most = e->kv_budget - (int64_t)(e->p.n_parallel - 1) * e->first_rows;
+    if (e->p.kv_grow > 0) most -= most % e->p.kv_grow; /* charges round up to the step */
+    return most < e->p.n_ctx ? (int)most : e->p.n_ctx;
+}
+
 qstatus engine_submit(qengine *e, const qreq_params *p, qreq **out) {
     *out = NULL;
     qreq *r = NULL;

@@ -82,6 +82,10 @@ void engine_destroy(qengine *e);
 /* Queues a request. Q_EINVAL (message names the field) for a bad request, Q_EFULL when the queue is
  * full. *out is the client's reference: pass it to engine_release when done. */
 qstatus engine_submit(qengine *e, const qreq_params *p, qreq **out);
+/* The most rows (prompt + max_tokens) one stream can ever be admitted with: the context, or less when
+ * the K/V budget is smaller (the budget less the first rows of every other slot, in whole steps).
+ * A server uses it for the default max_tokens. */
+int engine_stream_rows_max(const qengine *e);
 
 /* Waits up to timeout_ms (-1: forever, 0: not at all) for tokens after the first n_seen; copies up to
  * cap of them into buf and returns how many. *finish (if not NULL) is the finish reason once every

@@ -84,7 +84,8 @@ static int64_t need_for(const qwen35_config *cfg, int64_t weights, const qmemfit
     /* CUDA's split decode attention keeps (max, sum, output) per decode row, head and 512-position
      * range, grown with 1.5x headroom (backend/cuda/cuda_attention.cu); counted on every backend */
     *scratch += (int64_t)n_parallel * (n_ctx / 512 + 1) * cfg->n_heads * (cfg->head_dim + 2) * 4 * 3 / 2;
-    *kv_rows = p->kv_budget_rows > 0 ? p->kv_budget_rows : (int64_t)n_parallel * n_ctx;
+    *kv_rows = (int64_t)n_parallel * n_ctx; /* admission never lets the slots hold more */
+    if (p->kv_budget_rows > 0 && p->kv_budget_rows < *kv_rows) *kv_rows = p->kv_budget_rows;
     *pc = p->prompt_cache_gib > 0 ? (int64_t)(p->prompt_cache_gib * (double)GIB) : 0;
     return weights + *gdn + *scratch + *kv_rows * qwen35_kv_bytes_per_token(cfg) + *pc;
 }

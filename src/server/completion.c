@@ -233,7 +233,12 @@ static int prompt_ids(completion *c, oai_error *err) {
     if (c->n_prompt >= s->n_ctx)
         return oai_fail(err, 400, field, "the prompt has %d tokens; the context holds %d (prompt + max_tokens)",
                         c->n_prompt, s->n_ctx);
-    c->max_tokens = q->max_tokens < 0 ? s->n_ctx - c->n_prompt : q->max_tokens;
+    /* absent max_tokens: as much as the context, or the K/V budget, lets one stream have */
+    int rows_max = s->stream_rows_max > 0 && s->stream_rows_max < s->n_ctx ? s->stream_rows_max : s->n_ctx;
+    if (q->max_tokens < 0 && c->n_prompt >= rows_max)
+        return oai_fail(err, 400, field, "the prompt has %d tokens; the K/V budget lets one stream hold %d",
+                        c->n_prompt, rows_max);
+    c->max_tokens = q->max_tokens < 0 ? rows_max - c->n_prompt : q->max_tokens;
     if ((long long)c->n_prompt + c->max_tokens > s->n_ctx)
         return oai_fail(err, 400, "max_tokens",
                         "prompt (%d tokens) + max_tokens (%d) is more than the context (%d tokens)", c->n_prompt,
@@ -283,7 +288,12 @@ static int submit(completion *c, oai_error *err, hreply *out) {
         return oai_fail(err, 503, "", "the server is busy (all slots and the queue are full); retry later");
     }
     if (st == Q_ENOMEM) return oai_fail(err, 500, "", "out of memory");
-    return oai_fail(err, 400, "", "%s", q_lasterr());
+    /* the engine's messages open with the field they refuse ("max_tokens: ...") */
+    const char *msg = q_lasterr();
+    char param[32] = "";
+    size_t k = strspn(msg, "abcdefghijklmnopqrstuvwxyz_");
+    if (k > 0 && k < sizeof param && msg[k] == ':') memcpy(param, msg, k), param[k] = 0;
+    return oai_fail(err, 400, param, "%s", msg);
 }
 
 void completion_handle(qsrv *s, const hreq *rq, int is_chat, hreply *out) {

@@ -51,8 +51,12 @@ void endpoint_metrics(qsrv *s, const hreq *rq, hreply *out) {
     char *mem = NULL;
     pthread_rwlock_rdlock(&s->engine_lock);
     if (have && s->engine && !atomic_load(&s->stopping)) { /* memory gauges, same figures as /memory */
-        size_t need = engine_memory_prometheus(s->engine, NULL, 0);
-        if ((mem = malloc(need + 1)) != NULL) engine_memory_prometheus(s->engine, mem, need + 1);
+        /* each call takes a fresh snapshot: render until one fits whole (a figure may gain digits) */
+        for (size_t cap = engine_memory_prometheus(s->engine, NULL, 0) + 256;; cap *= 2) {
+            free(mem);
+            if (!(mem = malloc(cap))) break;
+            if (engine_memory_prometheus(s->engine, mem, cap) < cap) break;
+        }
     }
     pthread_rwlock_unlock(&s->engine_lock);
     int bad = metrics_render(s->metrics, have ? &st : NULL, &out->body) || (mem && sbuf_adds(&out->body, mem));

@@ -34,6 +34,7 @@ typedef struct qsrv {
     qmetrics *metrics;         /* borrowed */
     char model_name[128];      /* the id /v1/models reports and replies echo */
     int n_ctx, n_parallel, n_vocab;
+    int stream_rows_max; /* engine_stream_rows_max: bounds the default max_tokens */
     int32_t end_ids[SERVER_MAX_END_IDS]; /* chat replies end at these (<|im_end|>, <|endoftext|>) */
     int n_end;
     int64_t weights_bytes, slot_bytes; /* for /memory */
