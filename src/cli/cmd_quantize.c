@@ -16,6 +16,7 @@
 #include "format/quant.h"
 #include "format/safetensors.h"
 #include "format/st_shards.h"
+#include "model/qwen35.h"
 #include "util/fileio.h"
 #include "util/threadpool.h"
 
@@ -85,29 +86,14 @@ static void quantize_rows(void *ctx, int64_t r0, int64_t r1, int t) {
     }
 }
 
-/* Mean of every layer's input_layernorm: > 0.5 means the checkpoint already stores 1+w. */
-static int stores_one_plus(const st_set *set) {
-    double sum = 0;
-    int64_t n = 0;
-    for (int i = 0; i < st_count(set); i++) {
-        const st_tensor *t = st_at(set, i);
-        if (!ends_with(t->name, "input_layernorm.weight") || strstr(t->name, "mtp.")) continue;
-        int64_t k = st_numel(t);
-        float *v = malloc((size_t)k * sizeof *v);
-        if (v && st_read_f32(t, v, k) == Q_OK)
-            for (int64_t e = 0; e < k; e++) sum += v[e];
-        n += k;
-        free(v);
-    }
-    return n > 0 && sum / (double)n > 0.5;
-}
-
 static qstatus quantize_dir(const char *in, const char *out, int bits, int group, q_pool *pool) {
     st_set *set = NULL;
     Q_TRY(st_open_dir(in, &set));
     st_shards *w = NULL;
     qstatus st = st_shards_create(out, (int64_t)4 << 30, &w);
-    const int add_one = st == Q_OK && !stores_one_plus(set);
+    int plus_one = 0;
+    if (st == Q_OK) st = qwen35_norms_plus_one(set, in, &plus_one);
+    const int add_one = st == Q_OK && !plus_one;
     int n_quant = 0;
     for (int i = 0; st == Q_OK && i < st_count(set); i++) {
         const st_tensor *t = st_at(set, i);

@@ -61,6 +61,12 @@ typedef struct qwen35_weights {
 qstatus qwen35_weights_load(qbackend *be, const char *dir, const qwen35_config *cfg, qwen35_weights *w);
 void qwen35_weights_free(qbackend *be, const qwen35_config *cfg, qwen35_weights *w);
 
+/* Whether a checkpoint stores its zero-centred norms as 1+w (MLX, converted) rather than w (HF): the
+ * mean of every input_layernorm weight outside mtp.* is above 0.5 (reference 2.2). dir names the
+ * checkpoint in messages. Used by the loader and by `quill quantize`. */
+struct st_set;
+qstatus qwen35_norms_plus_one(const struct st_set *set, const char *dir, int *out);
+
 typedef struct qwen35_model {
     qwen35_config cfg;
     qwen35_weights w;

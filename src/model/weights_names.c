@@ -60,33 +60,33 @@ static qstatus detect_prefix(wload *c) {
     return Q_OK;
 }
 
-static qstatus detect_norms(wload *c) {
-    int64_t hidden = c->cfg->hidden;
-    float *buf = malloc((size_t)hidden * sizeof *buf);
-    if (!buf) return q_fail(Q_ENOMEM, "%s: out of memory", c->dir);
+qstatus qwen35_norms_plus_one(const st_set *set, const char *dir, int *out) {
+    static const char suffix[] = "input_layernorm.weight";
+    const size_t ns = sizeof suffix - 1;
     double sum = 0;
-    qstatus st = Q_OK;
-    char name[256];
-    for (int l = 0; l < c->cfg->n_layers && !st; l++) {
-        const st_tensor *t;
-        st = weights_name(c, name, sizeof name, l, "input_layernorm.weight");
-        if (!st) st = weights_need(c, name, &t);
-        if (!st && (t->n_dims != 1 || t->shape[0] != hidden))
-            st = q_fail(Q_EFORMAT, "%s: tensor %s: shape has %d dims, expected [%lld]", t->file, name, t->n_dims,
-                        (long long)hidden);
-        if (!st) st = st_read_f32(t, buf, hidden);
-        for (int64_t i = 0; i < hidden && !st; i++) sum += buf[i];
+    int64_t count = 0;
+    for (int i = 0; i < st_count(set); i++) {
+        const st_tensor *t = st_at(set, i);
+        size_t n = strlen(t->name);
+        if (n < ns || strcmp(t->name + n - ns, suffix) || !strncmp(t->name, "mtp.", 4)) continue;
+        int64_t k = st_numel(t);
+        float *v = malloc((size_t)(k > 0 ? k : 1) * sizeof *v);
+        if (!v) return q_fail(Q_ENOMEM, "%s: out of memory", dir);
+        qstatus st = st_read_f32(t, v, k);
+        for (int64_t e = 0; e < k && !st; e++) sum += v[e];
+        free(v);
+        if (st) return st;
+        count += k;
     }
-    free(buf);
-    if (st) return st;
-    double mean = sum / ((double)hidden * c->cfg->n_layers);
-    if (mean != mean) return q_fail(Q_EFORMAT, "%s: input_layernorm weights contain NaN", c->dir);
-    c->norms_plus_one = mean > 0.5;
-    q_debug("%s: input_layernorm mean %.4f: norms stored as %s", c->dir, mean, c->norms_plus_one ? "1+w" : "w");
+    if (count == 0) return q_fail(Q_EFORMAT, "%s: no input_layernorm weights", dir);
+    double mean = sum / (double)count;
+    if (mean != mean) return q_fail(Q_EFORMAT, "%s: input_layernorm weights contain NaN", dir);
+    *out = mean > 0.5;
+    q_debug("%s: input_layernorm mean %.4f: norms stored as %s", dir, mean, *out ? "1+w" : "w");
     return Q_OK;
 }
 
 qstatus weights_detect_layout(wload *c) {
     Q_TRY(detect_prefix(c));
-    return detect_norms(c);
+    return qwen35_norms_plus_one(c->st, c->dir, &c->norms_plus_one);
 }
