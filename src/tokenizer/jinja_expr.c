@@ -153,6 +153,16 @@ static qstatus parse_subscript(parser *p, jnode *obj, jnode **out) {
     return Q_OK;
 }
 
+/* callee(args...): a JN_CALL node over n. */
+static qstatus parse_call(parser *p, jnode *n, int line, jnode **out) {
+    jnode *m = mk(p, JN_CALL, line);
+    if (!m) return OOM();
+    m->a = n;
+    Q_TRY(parse_args(p, m));
+    *out = m;
+    return Q_OK;
+}
+
 static qstatus parse_postfix(parser *p, jnode *n, jnode **out) {
     for (;;) {
         int line = peek(p)->line;
@@ -172,11 +182,7 @@ static qstatus parse_postfix(parser *p, jnode *n, jnode **out) {
         } else if (is_op(p, "[")) {
             Q_TRY(parse_subscript(p, n, &n));
         } else if (is_op(p, "(")) {
-            jnode *m = mk(p, JN_CALL, line);
-            if (!m) return OOM();
-            m->a = n;
-            Q_TRY(parse_args(p, m));
-            n = m;
+            Q_TRY(parse_call(p, n, line, &n));
         } else {
             break;
         }
@@ -229,11 +235,7 @@ static qstatus parse_filter_expr(parser *p, jnode *n, jnode **out) {
             }
             n = m;
         } else if (is_op(p, "(")) {
-            jnode *m = mk(p, JN_CALL, line);
-            if (!m) return OOM();
-            m->a = n;
-            Q_TRY(parse_args(p, m));
-            n = m;
+            Q_TRY(parse_call(p, n, line, &n));
         } else {
             break;
         }
