@@ -137,6 +137,11 @@ typedef struct qbackend_ops {
     /* x += y, elementwise over n. */
     qstatus (*add)(qbackend *be, float *x, const float *y, int64_t n);
 
+    /* Greedy choice per row: out[r] = the first index of the largest of x[r][0..n_cols), the scan
+     * sample_argmax (engine/sample.c) does: an element wins only if strictly greater than the best so
+     * far, so NaNs never win and x[r][0] = NaN gives 0. x: [n_rows][n_cols]; out: backend int32. */
+    qstatus (*argmax)(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out);
+
     /* Grow-as-used memory (DESIGN.md "Grow-as-used K/V without copies"); engine/kvmem.c is the user.
      * A region is address space reserved once; physical memory is mapped into a prefix of it and
      * unmapped from its end, so the base address never moves and growth copies nothing. Sizes and

@@ -14,6 +14,29 @@
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#ifdef QUILL_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+/* --profile: the per-op GPU time table after each figure (CUDA only; see cuda_profile.cu). */
+static int g_profile;
+
+static void profile_reset(void) {
+#ifdef QUILL_HAVE_CUDA
+    if (g_profile) cuda_profile_reset();
+#endif
+}
+
+static void profile_report(const char *unit, int units) {
+#ifdef QUILL_HAVE_CUDA
+    if (g_profile) {
+        cuda_profile_report(stdout, unit, units);
+        printf("\n");
+    }
+#else
+    (void)unit, (void)units;
+#endif
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -111,9 +134,9 @@ static int cmp_double(const void *a, const void *b) {
 static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, double *tps) {
     qwen35_state **states = calloc((size_t)n_streams, sizeof *states);
     qrow *rows = calloc((size_t)n_streams, sizeof *rows);
-    float *logits = malloc((size_t)n_streams * m->cfg.vocab_size * sizeof *logits);
+    int32_t *ids = malloc((size_t)n_streams * sizeof *ids);
     double times[64];
-    qstatus rc = (!states || !rows || !logits) ? q_fail(Q_ENOMEM, "bench: out of memory") : Q_OK;
+    qstatus rc = (!states || !rows || !ids) ? q_fail(Q_ENOMEM, "bench: out of memory") : Q_OK;
     for (int s = 0; rc == Q_OK && s < n_streams; s++) {
         rc = qwen35_state_create(m, ctx + steps + 4, &states[s]);
         if (rc == Q_OK) rc = fill_context(m, states[s], ctx);
@@ -121,19 +144,21 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
     if (steps > 64) steps = 64;
     for (int t = -2; rc == Q_OK && t < steps; t++) { /* two warm-up steps */
         for (int s = 0; s < n_streams; s++)
-            rows[s] = (qrow){.stream = s, .pos = states[s]->n_past, .token = ((t + 2) * 31 + s) % 1000 + 1, .flags = QROW_LOGITS};
+            rows[s] = (qrow){.stream = s, .pos = states[s]->n_past, .token = ((t + 2) * 31 + s) % 1000 + 1, .flags = QROW_ARGMAX};
+        if (t == 0) profile_reset();
         double t0 = now_s();
-        rc = qwen35_forward(m, rows, n_streams, states, logits);
+        rc = qwen35_forward_ex(m, rows, n_streams, states, NULL, ids); /* greedy: ids, not logits */
         if (t >= 0) times[t] = now_s() - t0;
     }
     if (rc == Q_OK) {
         qsort(times, (size_t)steps, sizeof times[0], cmp_double);
         *tps = n_streams / times[steps / 2];
+        profile_report("decode step", steps);
     }
     for (int s = 0; states && s < n_streams; s++) qwen35_state_destroy(m, states[s]);
     free(states);
     free(rows);
-    free(logits);
+    free(ids);
     return rc;
 }
 
@@ -146,13 +171,17 @@ static qstatus bench_prefill(qwen35_model *m, int n, int chunk, double *tps) {
     double best = 0;
     for (int rep = 0; rc == Q_OK && rep < 2; rep++) { /* the first run warms up */
         rc = qwen35_state_reset(m, st);
+        profile_reset();
         double t0 = now_s();
         if (rc == Q_OK) rc = prefill(m, st, ids, n, chunk, logits);
         double dt = now_s() - t0;
         if (rep > 0 || n > 8192) best = dt; /* long prompts: one run is enough */
         if (n > 8192) break;
     }
-    if (rc == Q_OK) *tps = n / best;
+    if (rc == Q_OK) {
+        *tps = n / best;
+        profile_report("prefill", 1);
+    }
     qwen35_state_destroy(m, st);
     free(ids);
     free(logits);
@@ -198,10 +227,13 @@ int cmd_bench(int argc, char **argv) {
             printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
                    "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
                    "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
-                   "                                        K/V whole vs growing in 1024-row steps)\n");
+                   "                                        K/V whole vs growing in 1024-row steps)\n"
+                   "                   [--profile]         (CUDA: per-op GPU time after each figure;\n"
+                   "                                        the events slow the figures a little)\n");
             return 0;
         }
         if (a[0] != '-') { model_arg = a; continue; }
+        if (!strcmp(a, "--profile")) { g_profile = 1; continue; }
         if (!v) { fprintf(stderr, "quill bench: %s needs a value\n", a); return 2; }
         i++;
         long long iv;
@@ -224,6 +256,12 @@ int cmd_bench(int argc, char **argv) {
         be->ops->destroy(be);
         return 1;
     }
+#ifdef QUILL_HAVE_CUDA
+    if (g_profile && cuda_profile_enable(be) != Q_OK) {
+        fprintf(stderr, "quill bench: %s\n", q_lasterr());
+        g_profile = 0;
+    }
+#endif
     double bw = copy_bandwidth(be);
     int64_t wb = decode_weight_bytes(m);
     printf("model %s, backend %s, weights %.2f GB held, %.3f GB read per decode step\n", dir, be->ops->name,

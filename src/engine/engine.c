@@ -82,6 +82,7 @@ struct qengine {
     slot_table slots;
     qrow *rows;                /* [n_parallel + prefill_chunk] the round's rows */
     float *logits;             /* [n_parallel][vocab]: at most one logits row per busy slot */
+    int32_t *greedy;           /* [n_parallel]: the greedy streams' ids (QROW_ARGMAX) */
     sample_cand *work;         /* [vocab] sampling scratch */
     int *batch;                /* [n_parallel] slots with rows in the round */
     qreq **taken;              /* [queue cap] requests moved out of the queue this round */
@@ -188,13 +189,14 @@ static void stream_end(qengine *e, int i, int32_t tok, qfinish why, const char *
 
 /* Samples slot i's next token from its logits and moves the stream on: PREFILL -> DECODE on its
  * first token, DECODE -> DECODE, or -> DONE on an eos (not handed over) or at max_tokens. */
-static void stream_commit(qengine *e, int i, const float *logits) {
+static void stream_commit(qengine *e, int i, const float *logits, int32_t greedy_id) {
     qslot *s = &e->slots.slots[i];
     qreq *r = s->req;
     const qwen35_config *c = &e->m->cfg;
     /* EXACT(batch): keyed by the stream's own n_past, the position generate() passes (the one the
-     * sampled token will occupy); tests/unit/engine/test_engine.c (test_alone_vs_batched). */
-    int32_t tok = sample_token(logits, c->vocab_size, &r->sampling, s->st->n_past, e->work);
+     * sampled token will occupy); tests/unit/engine/test_engine.c (test_alone_vs_batched). A greedy
+     * stream's id was chosen on the backend (QROW_ARGMAX), by sample_argmax's rule. */
+    int32_t tok = logits ? sample_token(logits, c->vocab_size, &r->sampling, s->st->n_past, e->work) : greedy_id;
     s->n_gen++;
     if (!r->ignore_eos && is_eos(c, tok)) {
         stream_end(e, i, -1, QFINISH_STOP, NULL);
@@ -271,6 +273,12 @@ static void end_cancelled(qengine *e) {
  * EXACT(chunk): the chunk ends at the next multiple of prefill_chunk from position 0 (or at the
  * prompt's end), exactly where generate.c's prefill() cuts, never where a row budget runs out;
  * tests/unit/engine/test_engine.c runs prompts of 3..150 rows with chunk 64 against generate(). */
+/* What a row that samples asks the forward for: a greedy stream only its id (chosen on the backend, no
+ * logits downloaded), any other its logits. */
+static uint32_t out_flag(const qreq *r) {
+    return r->sampling.temperature <= 0.0f ? QROW_ARGMAX : QROW_LOGITS;
+}
+
 static int add_prefill_rows(qengine *e, int i, int n) {
     const qslot *s = &e->slots.slots[i];
     const qreq *r = s->req;
@@ -281,7 +289,7 @@ static int add_prefill_rows(qengine *e, int i, int n) {
     for (int p = pos; p < end; p++) {
         int last = p == r->n_prompt - 1;
         e->rows[n++] = (qrow){.stream = i, .pos = p, .token = r->prompt[p],
-                              .flags = QROW_PREFILL | (last ? QROW_LOGITS : 0u)};
+                              .flags = QROW_PREFILL | (last ? out_flag(r) : 0u)};
     }
     return n;
 }
@@ -305,7 +313,7 @@ static void run_round(qengine *e) {
     for (int i = 0; i < t->n; i++) { /* every decoding stream's next row */
         qslot *s = &t->slots[i];
         if (s->phase != SLOT_DECODE || !grow_or_end(e, i, s->st->n_past + 1)) continue;
-        e->rows[n++] = (qrow){.stream = i, .pos = s->st->n_past, .token = s->next_token, .flags = QROW_LOGITS};
+        e->rows[n++] = (qrow){.stream = i, .pos = s->st->n_past, .token = s->next_token, .flags = out_flag(s->req)};
         e->batch[n_batch++] = i;
     }
     const int n_decode = n;
@@ -323,7 +331,7 @@ static void run_round(qengine *e) {
     if (n > e->max_round_rows) e->max_round_rows = n;
 
     double t0 = req_now();
-    qstatus rc = qwen35_forward(e->m, e->rows, n, t->states, e->logits);
+    qstatus rc = qwen35_forward_ex(e->m, e->rows, n, t->states, e->logits, e->greedy);
     double dt = req_now() - t0;
     if (rc != Q_OK) {
         /* A failed forward leaves every stream of the batch undefined (qwen35.h): end them all. Their
@@ -334,7 +342,7 @@ static void run_round(qengine *e) {
         for (int k = 0; k < n_batch; k++) stream_end(e, e->batch[k], -1, QFINISH_ERROR, msg);
         return;
     }
-    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & QROW_LOGITS) ? 1 : 0);
+    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & (QROW_LOGITS | QROW_ARGMAX)) ? 1 : 0);
     pthread_mutex_lock(&e->mu);
     /* Mixed rounds split the forward's time by rows: a decode row and a prompt row cost about the same
      * in the dense layers, which dominate. */
@@ -345,9 +353,11 @@ static void run_round(qengine *e) {
     e->stats.decode_seconds += dt * (double)n_decode / n;
     pthread_mutex_unlock(&e->mu);
 
-    for (int k = 0, j = 0; k < n; k++) { /* logits come back in row order */
-        if (!(e->rows[k].flags & QROW_LOGITS)) continue;
-        stream_commit(e, e->rows[k].stream, e->logits + (size_t)(j++) * e->m->cfg.vocab_size);
+    for (int k = 0, j = 0, g = 0; k < n; k++) { /* logits and greedy ids come back in row order */
+        if (e->rows[k].flags & QROW_LOGITS)
+            stream_commit(e, e->rows[k].stream, e->logits + (size_t)(j++) * e->m->cfg.vocab_size, 0);
+        else if (e->rows[k].flags & QROW_ARGMAX)
+            stream_commit(e, e->rows[k].stream, NULL, e->greedy[g++]);
     }
     assert(pf < 0 || t->slots[pf].phase != SLOT_PREFILL || slot_check(t, pf));
 }
@@ -415,6 +425,7 @@ void engine_destroy(qengine *e) {
     free(e->mem_charge);
     free(e->rows);
     free(e->logits);
+    free(e->greedy);
     free(e->work);
     free(e->batch);
     free(e->taken);
@@ -440,12 +451,13 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
     if (st == Q_OK) {
         e->rows = malloc((size_t)(p->n_parallel + p->prefill_chunk) * sizeof *e->rows);
         e->logits = malloc((size_t)p->n_parallel * (size_t)V * sizeof *e->logits);
+        e->greedy = malloc((size_t)p->n_parallel * sizeof *e->greedy);
         e->work = malloc((size_t)V * sizeof *e->work);
         e->batch = malloc((size_t)p->n_parallel * sizeof *e->batch);
         e->taken = malloc((size_t)cap * sizeof *e->taken);
         e->mem_rows = calloc((size_t)p->n_parallel, sizeof *e->mem_rows);
         e->mem_charge = calloc((size_t)p->n_parallel, sizeof *e->mem_charge);
-        if (!e->rows || !e->logits || !e->work || !e->batch || !e->taken || !e->mem_rows || !e->mem_charge)
+        if (!e->rows || !e->logits || !e->greedy || !e->work || !e->batch || !e->taken || !e->mem_rows || !e->mem_charge)
             st = q_fail(Q_ENOMEM, "engine: out of memory for round buffers (%d slots, vocab %d)",
                         p->n_parallel, V);
     }

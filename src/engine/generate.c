@@ -65,14 +65,17 @@ qstatus generate(qwen35_model *m, qwen35_state *st, const int32_t *prompt, int n
     if (rc == Q_OK && last_logits)
         for (int i = 0; i < V; i++) last_logits[i] = logits[i];
     qwen35_state *states[1] = {st};
+    /* Greedy decoding asks the backend for the id alone (QROW_ARGMAX, sample_argmax's rule). */
+    const int greedy = p->sampling.temperature <= 0.0f;
+    int32_t greedy_id = -1; /* set by the forward after the first token */
     for (int i = 0; rc == Q_OK && i < p->n_predict; i++) {
         int32_t pos = st->n_past;
-        int32_t tok = sample_token(logits, V, &p->sampling, pos, work);
+        int32_t tok = greedy_id >= 0 ? greedy_id : sample_token(logits, V, &p->sampling, pos, work);
         out_tokens[res->n_tokens++] = tok;
         if (!p->ignore_eos && is_eos(&m->cfg, tok)) { res->stopped_eos = 1; break; }
         if (i + 1 == p->n_predict) break; /* the last token needs no forward */
-        qrow row = {.stream = 0, .pos = pos, .token = tok, .flags = QROW_LOGITS};
-        rc = qwen35_forward(m, &row, 1, states, logits);
+        qrow row = {.stream = 0, .pos = pos, .token = tok, .flags = greedy ? QROW_ARGMAX : QROW_LOGITS};
+        rc = qwen35_forward_ex(m, &row, 1, states, logits, &greedy_id);
     }
     res->decode_s = now_s() - t1;
     free(logits);

@@ -256,9 +256,9 @@ qstatus qwen35_state_reset(qwen35_model *m, qwen35_state *st) {
  * continuing the stream; each stream in one seq; tokens in the vocabulary; positions inside the
  * stream's context. Returns the number of seqs and of rows that want logits. */
 static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
-                         int *n_seqs_out, int *n_logits_out) {
+                         int *n_seqs_out, int *n_logits_out, int *n_argmax_out) {
     qwen35_scratch *s = m->scratch;
-    int n_seqs = 0, n_logits = 0;
+    int n_seqs = 0, n_logits = 0, n_argmax = 0;
     s->n_ranges = 0;
     for (int i = 0; i < n; i++) {
         const qrow *r = &rows[i];
@@ -298,11 +298,15 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
         }
         s->host_ids[i] = r->token;
         s->host_pos[i] = r->pos;
+        if ((r->flags & QROW_LOGITS) && (r->flags & QROW_ARGMAX))
+            return q_fail(Q_EINVAL, "row %d: asks for logits and for a greedy id", i);
         n_logits += (r->flags & QROW_LOGITS) != 0;
+        n_argmax += (r->flags & QROW_ARGMAX) != 0;
     }
     s->range_start[s->n_ranges] = n;
     *n_seqs_out = n_seqs;
     *n_logits_out = n_logits;
+    *n_argmax_out = n_argmax;
     return Q_OK;
 }
 
@@ -381,15 +385,21 @@ static qstatus mlp_block(qwen35_model *m, int l, int n) {
 
 qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
                        float *logits) {
+    return qwen35_forward_ex(m, rows, n, states, logits, NULL);
+}
+
+qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
+                          float *logits, int32_t *argmax) {
     if (n <= 0) return q_fail(Q_EINVAL, "forward: empty batch");
     Q_TRY(scratch_reserve(m, n));
     const qwen35_config *c = &m->cfg;
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const int64_t H = c->hidden;
-    int n_seqs = 0, n_logits = 0;
-    Q_TRY(plan_seqs(m, rows, n, states, &n_seqs, &n_logits));
+    int n_seqs = 0, n_logits = 0, n_argmax = 0;
+    Q_TRY(plan_seqs(m, rows, n, states, &n_seqs, &n_logits, &n_argmax));
     if (n_logits > 0 && !logits) return q_fail(Q_EINVAL, "forward: rows ask for logits but no buffer");
+    if (n_argmax > 0 && !argmax) return q_fail(Q_EINVAL, "forward: rows ask for greedy ids but no buffer");
 
     Q_TRY(be->ops->upload(be, s->ids, s->host_ids, (size_t)n * sizeof(int32_t)));
     Q_TRY(be->ops->upload(be, s->pos, s->host_pos, (size_t)n * sizeof(int32_t)));
@@ -407,11 +417,24 @@ qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n, qwen35_state *c
     }
     for (int i = 0; i < n_seqs; i++) states[s->seq_stream[i]]->n_past += s->seqs[i].n_rows;
 
+    /* Output rows: those wanting logits first, then those wanting only their greedy id, each in row
+     * order; the head runs once over all of them (the same matmul for both kinds: EXACT(batch)). */
+    const int n_out = n_logits + n_argmax;
+    if (n_out == 0) return Q_OK;
+    if (n_out == n && (n_logits == 0 || n_argmax == 0)) { /* every row, in order: no gather */
+        Q_TRY(be->ops->rmsnorm(be, s->x, H, m->w.final_norm, n_out, (int)H, c->rms_eps, s->hl, H));
+    } else {
+        for (int pass = 0, j = 0; pass < 2; pass++)
+            for (int i = 0; i < n; i++)
+                if (rows[i].flags & (pass ? QROW_ARGMAX : QROW_LOGITS))
+                    Q_TRY(be->ops->copy(be, s->hl + (j++) * H, s->x + i * H, (size_t)H * sizeof(float)));
+        Q_TRY(be->ops->rmsnorm(be, s->hl, H, m->w.final_norm, n_out, (int)H, c->rms_eps, s->hl, H));
+    }
+    Q_TRY(be->ops->matmul(be, s->hl, n_out, &m->w.lm_head, s->logits));
+    if (n_argmax > 0) { /* s->ids is free again: the embedding read it long ago, in stream order */
+        Q_TRY(be->ops->argmax(be, s->logits + (int64_t)n_logits * c->vocab_size, n_argmax, c->vocab_size, s->ids));
+        Q_TRY(be->ops->download(be, argmax, s->ids, (size_t)n_argmax * sizeof(int32_t)));
+    }
     if (n_logits == 0) return Q_OK;
-    for (int i = 0, j = 0; i < n; i++) /* gather the rows that want logits */
-        if (rows[i].flags & QROW_LOGITS)
-            Q_TRY(be->ops->copy(be, s->hl + (j++) * H, s->x + i * H, (size_t)H * sizeof(float)));
-    Q_TRY(be->ops->rmsnorm(be, s->hl, H, m->w.final_norm, n_logits, (int)H, c->rms_eps, s->hl, H));
-    Q_TRY(be->ops->matmul(be, s->hl, n_logits, &m->w.lm_head, s->logits));
     return be->ops->download(be, logits, s->logits, (size_t)n_logits * c->vocab_size * sizeof(float));
 }

@@ -103,6 +103,7 @@ void qwen35_state_destroy(qwen35_model *m, qwen35_state *st);
 
 #define QROW_LOGITS 1u  /* return logits for this row */
 #define QROW_PREFILL 2u /* part of a prompt: the GDN chunked rule may run over it */
+#define QROW_ARGMAX 4u  /* return only this row's greedy token id (the logits stay on the backend) */
 
 typedef struct qrow {
     int32_t stream; /* index into the states array */
@@ -117,6 +118,11 @@ typedef struct qrow {
  * streams of this batch undefined (the caller resets them). */
 qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
                        float *logits);
+/* The same, where rows flagged QROW_ARGMAX get their greedy id (the first largest logit, as
+ * sample_argmax) in argmax[n_argmax_rows], in row order, computed on the backend: a greedy stream
+ * downloads 4 bytes instead of a vocabulary of logits. A row asks for one of the two, not both. */
+qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
+                          float *logits, int32_t *argmax);
 
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);

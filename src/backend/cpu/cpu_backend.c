@@ -159,6 +159,7 @@ static const qbackend_ops cpu_ops = {
     .gated_rmsnorm = cpu_gated_rmsnorm,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .argmax = cpu_argmax,
     .vm_reserve = cpu_vm_reserve,
     .vm_map = cpu_vm_map,
     .vm_unmap = cpu_vm_unmap,

@@ -1,5 +1,5 @@
 /* cpu_elementwise.c: elementwise ops: add, swiglu (silu(gate) * up), mul_sigmoid (the attention
- * output gate, out *= sigmoid(gate)).
+ * output gate, out *= sigmoid(gate)); and argmax per row (greedy decoding).
  * Layout: flat f32 arrays; mul_sigmoid's gate vector v starts at gate + v*gate_stride (the gate is
  * interleaved with the query in q_proj's output, reference 2.3). Invariants: each element is one
  * f32 expression of its own inputs, so results never depend on n or the thread count (EXACT(batch)
@@ -65,5 +65,18 @@ qstatus cpu_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gat
         return q_fail(Q_EINVAL, "mul_sigmoid: gate stride %lld below dim %d", (long long)gate_stride, dim);
     ew_job job = {out, gate, NULL, gate_stride, dim};
     q_parallel_for(cpu_impl(be)->pool, n_vec, EW_GRAIN / dim + 1, mul_sigmoid_range, &job);
+    return Q_OK;
+}
+
+qstatus cpu_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out) {
+    (void)be;
+    if (n_rows < 0 || n_cols <= 0) return q_fail(Q_EINVAL, "argmax: %d rows of %d", n_rows, n_cols);
+    for (int r = 0; r < n_rows; r++) {
+        const float *v = x + (int64_t)r * n_cols;
+        int32_t best = 0;
+        for (int i = 1; i < n_cols; i++)
+            if (v[i] > v[best]) best = i;
+        out[r] = best;
+    }
     return Q_OK;
 }

@@ -141,6 +141,7 @@ static qbackend_ops make_ops(void) {
     o.gated_rmsnorm = cuda_gated_rmsnorm;
     o.swiglu = cuda_swiglu;
     o.add = cuda_add;
+    o.argmax = cuda_argmax;
     o.vm_reserve = cuda_vm_reserve;
     o.vm_map = cuda_vm_map;
     o.vm_unmap = cuda_vm_unmap;

@@ -2,6 +2,8 @@
 #ifndef QUILL_CUDA_BACKEND_H
 #define QUILL_CUDA_BACKEND_H
 
+#include <stdio.h>
+
 #include "backend/backend.h"
 
 #ifdef __cplusplus
@@ -11,6 +13,13 @@ extern "C" {
 /* Creates a backend on GPU `device` with its own stream. Owned; free with be->ops->destroy.
  * Fails with Q_ECUDA naming the call when there is no usable GPU. */
 qstatus cuda_backend_create(int device, qbackend **out);
+
+/* cuda_profile.cu: per-op GPU time (CUDA events around every op) for `quill bench --profile`.
+ * enable swaps be->ops for a timed copy; reset forgets what was measured (after a warm-up); report
+ * prints the table, times divided by `units` (decode steps, prefills). */
+qstatus cuda_profile_enable(qbackend *be);
+void cuda_profile_reset(void);
+void cuda_profile_report(FILE *f, const char *unit, int units);
 
 /* cuda_vm.cu: backend.h vm_* through the driver's virtual memory management (cuMemAddressReserve,
  * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap). */

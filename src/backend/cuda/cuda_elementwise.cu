@@ -1,4 +1,5 @@
-/* cuda_elementwise.cu: x += y, y = silu(gate) * up, out *= sigmoid(gate): one thread per element. */
+/* cuda_elementwise.cu: x += y, y = silu(gate) * up, out *= sigmoid(gate): one thread per element; and
+ * argmax per row (greedy decoding on the GPU: only the chosen ids are downloaded). */
 #include "cuda_common.cuh"
 
 #define EW_THREADS 256
@@ -41,5 +42,58 @@ qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t ga
     mul_sigmoid_kernel<<<cu_blocks(n_vec * dim, EW_THREADS), EW_THREADS, 0, cu_stream(be)>>>(
         out, gate, gate_stride, n_vec, dim);
     CU_LAUNCHED("mul_sigmoid");
+    return Q_OK;
+}
+
+/* Greedy choice per row (backend.h argmax): one block per row; each thread keeps the first largest
+ * non-NaN element of its stride, then a fixed tree picks the larger value, the lower index on ties.
+ * That is the sequential scan's answer whenever x[r][0] is not NaN; a NaN there gives 0, as the scan. */
+#define AM_THREADS 1024
+
+__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+    if (i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi))) {
+        bv = v;
+        bi = i;
+    }
+}
+
+__global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float *__restrict__ x, int n_cols,
+                                                            int32_t *__restrict__ out) {
+    __shared__ float sv[AM_THREADS / 32];
+    __shared__ int si[AM_THREADS / 32];
+    const float *row = x + (int64_t)blockIdx.x * n_cols;
+    float bv = 0.0f;
+    int bi = -1;
+    for (int i = threadIdx.x; i < n_cols; i += AM_THREADS) {
+        const float v = row[i];
+        if (v == v && (bi < 0 || v > bv)) { bv = v; bi = i; }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, ov, oi);
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
+    __syncthreads();
+    if (warp == 0) {
+        bv = sv[lane];
+        bi = si[lane];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            am_take(bv, bi, ov, oi);
+        }
+        if (lane == 0) out[blockIdx.x] = (row[0] != row[0] || bi < 0) ? 0 : bi;
+    }
+}
+
+qstatus cuda_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out) {
+    if (n_cols <= 0 || n_rows < 0) return q_fail(Q_EINVAL, "cuda argmax: %d rows of %d", n_rows, n_cols);
+    if (n_rows == 0) return Q_OK;
+    argmax_kernel<<<(unsigned)n_rows, AM_THREADS, 0, cu_stream(be)>>>(x, n_cols, out);
+    CU_LAUNCHED("argmax");
     return Q_OK;
 }

@@ -528,6 +528,22 @@ static void test_attention_batch_invariant(void **state) {
 }
 
 /* pools of 1 and 2 threads give the same bits */
+/* argmax is sample_argmax's scan: first of equal maxima, NaNs never win, a NaN first gives 0. */
+static void test_argmax(void **state) {
+    (void)state;
+    qbackend *be = NULL;
+    assert_int_equal(cpu_backend_create(1, &be), Q_OK);
+    const float inf = INFINITY;
+    float x[6][5] = {{1, 3, 3, 2, 0},          {NAN, 5, 6, 7, 8}, {1, NAN, 4, NAN, 4},
+                     {-inf, -inf, -inf, -inf, -inf}, {-0.0f, 0.0f, -1, -2, -3}, {2, 9, inf, inf, 1}};
+    const int32_t want[6] = {1, 0, 2, 0, 0, 2};
+    int32_t got[6] = {-1, -1, -1, -1, -1, -1};
+    assert_int_equal(be->ops->argmax(be, &x[0][0], 6, 5, got), Q_OK);
+    for (int r = 0; r < 6; r++) assert_int_equal(got[r], want[r]);
+    assert_int_not_equal(be->ops->argmax(be, &x[0][0], 1, 0, got), Q_OK);
+    be->ops->destroy(be);
+}
+
 static void test_thread_count_invariant(void **state) {
     (void)state;
     qbackend *b1 = tbackend(1), *b2 = tbackend(2);
@@ -571,6 +587,7 @@ int main(void) {
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_batch_invariant),
         cmocka_unit_test(test_thread_count_invariant),
+        cmocka_unit_test(test_argmax),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
