@@ -127,6 +127,11 @@ typedef struct qbackend_ops {
     qstatus (*gated_delta)(qbackend *be, const float *qkv, const float *g, const float *beta,
                            const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
 
+    /* The residual add fused with the next RMSNorm: x += r, then y = rmsnorm(x) * w, per vector of dim
+     * (x, r, y: [n_vec][dim], contiguous). Bitwise what add then rmsnorm give; one pass instead of two. */
+    qstatus (*add_rmsnorm)(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim,
+                           float eps, float *y);
+
     /* Gated RMSNorm per vector of dim: y = rmsnorm(x) * w * silu(z). x, z, y: [n_vec][dim]; w: [dim]. */
     qstatus (*gated_rmsnorm)(qbackend *be, const float *x, const float *z, const float *w,
                              int64_t n_vec, int dim, float eps, float *y);

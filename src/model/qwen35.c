@@ -405,15 +405,19 @@ qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state
     Q_TRY(be->ops->upload(be, s->pos, s->host_pos, (size_t)n * sizeof(int32_t)));
     Q_TRY(be->ops->embed(be, &m->w.embed, s->ids, n, s->x)); /* §2.1: no scaling */
 
+    /* Each residual add is fused with the norm that follows it (add_rmsnorm); the last layer's MLP
+     * output is added alone, the final norm running on the output rows only. */
+    Q_TRY(be->ops->rmsnorm(be, s->x, H, m->w.layers[0].input_norm, n, (int)H, c->rms_eps, s->h, H));
     for (int l = 0; l < c->n_layers; l++) {
         const qwen35_layer *L = &m->w.layers[l];
-        Q_TRY(be->ops->rmsnorm(be, s->x, H, L->input_norm, n, (int)H, c->rms_eps, s->h, H));
         if (L->is_attn) Q_TRY(attn_block(m, l, n, n_seqs, states));
         else Q_TRY(gdn_block(m, l, n, n_seqs, states));
-        Q_TRY(be->ops->add(be, s->x, s->out, (int64_t)n * H));
-        Q_TRY(be->ops->rmsnorm(be, s->x, H, L->post_norm, n, (int)H, c->rms_eps, s->h, H));
+        Q_TRY(be->ops->add_rmsnorm(be, s->x, s->out, L->post_norm, n, (int)H, c->rms_eps, s->h));
         Q_TRY(mlp_block(m, l, n));
-        Q_TRY(be->ops->add(be, s->x, s->out, (int64_t)n * H));
+        if (l + 1 < c->n_layers)
+            Q_TRY(be->ops->add_rmsnorm(be, s->x, s->out, m->w.layers[l + 1].input_norm, n, (int)H, c->rms_eps, s->h));
+        else
+            Q_TRY(be->ops->add(be, s->x, s->out, (int64_t)n * H));
     }
     for (int i = 0; i < n_seqs; i++) states[s->seq_stream[i]]->n_past += s->seqs[i].n_rows;
 

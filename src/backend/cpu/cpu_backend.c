@@ -159,6 +159,7 @@ static const qbackend_ops cpu_ops = {
     .gated_rmsnorm = cpu_gated_rmsnorm,
     .swiglu = cpu_swiglu,
     .add = cpu_add,
+    .add_rmsnorm = cpu_add_rmsnorm,
     .argmax = cpu_argmax,
     .vm_reserve = cpu_vm_reserve,
     .vm_map = cpu_vm_map,

@@ -150,6 +150,8 @@ qstatus cpu_gated_delta(qbackend *be, const float *qkv, const float *g, const fl
                         const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
 qstatus cpu_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
 qstatus cpu_add(qbackend *be, float *x, const float *y, int64_t n);
+qstatus cpu_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim,
+                        float eps, float *y);
 qstatus cpu_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out);
 /* cpu_vm.c: backend.h vm_* (mmap + mprotect + madvise). */
 qstatus cpu_vm_reserve(qbackend *be, size_t bytes, void **base, size_t *granule);

@@ -74,3 +74,11 @@ qstatus cpu_gated_rmsnorm(qbackend *be, const float *x, const float *z, const fl
     q_parallel_for(cb->pool, n_vec, grain_for(dim), gated_range, &job);
     return Q_OK;
 }
+
+/* The reference of the fused op is the two ops in turn: the same arithmetic by definition. */
+qstatus cpu_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim,
+                        float eps, float *y) {
+    if (dim <= 0 || n_vec < 0) return q_fail(Q_EINVAL, "add_rmsnorm: dim %d, n_vec %lld", dim, (long long)n_vec);
+    Q_TRY(cpu_add(be, x, r, n_vec * dim));
+    return cpu_rmsnorm(be, x, dim, w, n_vec, dim, eps, y, dim);
+}

@@ -18,6 +18,7 @@ static void cu_destroy(qbackend *be) {
         cudaFreeHost(s->stage_host);
         cudaFree(s->stage_dev);
         cudaFree(s->att_part);
+        cu_gemm_free(s);
         cudaStreamDestroy(s->stream);
         free(s);
     }
@@ -141,6 +142,7 @@ static qbackend_ops make_ops(void) {
     o.gated_rmsnorm = cuda_gated_rmsnorm;
     o.swiglu = cuda_swiglu;
     o.add = cuda_add;
+    o.add_rmsnorm = cuda_add_rmsnorm;
     o.argmax = cuda_argmax;
     o.vm_reserve = cuda_vm_reserve;
     o.vm_map = cuda_vm_map;

@@ -1,4 +1,5 @@
-/* cuda_norm.cu: RMSNorm (zero-centred norms arrive with 1+w folded) and the GDN gated RMSNorm.
+/* cuda_norm.cu: RMSNorm (zero-centred norms arrive with 1+w folded), the residual add fused with it, and
+ * the GDN gated RMSNorm.
  * One block per vector; the sum of squares is a fixed-order block reduction (EXACT(batch)). Each
  * thread reads its own elements before the reduction and writes only them after it, so x == y (in
  * place) is safe. */
@@ -23,6 +24,33 @@ qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda rmsnorm: too many vectors");
     rmsnorm_kernel<<<(unsigned)n_vec, NORM_THREADS, 0, cu_stream(be)>>>(x, x_stride, w, dim, eps, y, y_stride);
     CU_LAUNCHED("rmsnorm");
+    return Q_OK;
+}
+
+/* x += r then rmsnorm, one block per vector: each thread adds, squares and scales exactly the
+ * elements rmsnorm_kernel would give it, so the result is bitwise add_kernel then rmsnorm_kernel. */
+__global__ void add_rmsnorm_kernel(float *x, const float *__restrict__ r, const float *__restrict__ w, int dim,
+                                   float eps, float *__restrict__ y) {
+    __shared__ float red[33];
+    float *xv = x + (int64_t)blockIdx.x * dim;
+    const float *rv = r + (int64_t)blockIdx.x * dim;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) {
+        const float v = xv[i] + rv[i];
+        xv[i] = v;
+        ss = fmaf(v, v, ss);
+    }
+    const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
+    float *yv = y + (int64_t)blockIdx.x * dim;
+    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) yv[i] = xv[i] * scale * w[i];
+}
+
+qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim, float eps,
+                         float *y) {
+    if (n_vec <= 0) return Q_OK;
+    if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda add_rmsnorm: too many vectors");
+    add_rmsnorm_kernel<<<(unsigned)n_vec, NORM_THREADS, 0, cu_stream(be)>>>(x, r, w, dim, eps, y);
+    CU_LAUNCHED("add_rmsnorm");
     return Q_OK;
 }
 

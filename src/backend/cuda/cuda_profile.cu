@@ -142,6 +142,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     WRAP(gated_rmsnorm, cuda_gated_rmsnorm);
     WRAP(swiglu, cuda_swiglu);
     WRAP(add, cuda_add);
+    WRAP(add_rmsnorm, cuda_add_rmsnorm);
     WRAP(argmax, cuda_argmax);
     o.matmul = p_matmul;
     o.matmul_prefill = p_matmul_prefill;
