@@ -147,6 +147,15 @@ typedef struct qbackend_ops {
      * far, so NaNs never win and x[r][0] = NaN gives 0. x: [n_rows][n_cols]; out: backend int32. */
     qstatus (*argmax)(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out);
 
+    /* Optional (NULL where a backend has none): the ops issued between graph_begin and graph_end are
+     * recorded instead of run, and graph_end runs the recording as one launch (CUDA graphs: a decode
+     * step is hundreds of small kernels). graph_end with ok = 0 (an op failed) drops the recording. A
+     * recording can fail (an op that must synchronise or allocate): graph_end then returns an error,
+     * nothing has run, and the caller issues the same ops again without recording. Ops run with the
+     * same arithmetic either way. graph_begin may refuse (graphs turned off): run without. */
+    qstatus (*graph_begin)(qbackend *be);
+    qstatus (*graph_end)(qbackend *be, int ok);
+
     /* Grow-as-used memory (DESIGN.md "Grow-as-used K/V without copies"); engine/kvmem.c is the user.
      * A region is address space reserved once; physical memory is mapped into a prefix of it and
      * unmapped from its end, so the base address never moves and growth copies nothing. Sizes and

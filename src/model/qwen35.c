@@ -388,23 +388,16 @@ qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n, qwen35_state *c
     return qwen35_forward_ex(m, rows, n, states, logits, NULL);
 }
 
-qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
-                          float *logits, int32_t *argmax) {
-    if (n <= 0) return q_fail(Q_EINVAL, "forward: empty batch");
-    Q_TRY(scratch_reserve(m, n));
+/* The forward's device work, from the embedding to the head and the greedy ids: what a decode step
+ * records as one graph. Output rows: those wanting logits first, then those wanting only their
+ * greedy id, each in row order; the head runs once over all of them (one matmul for both kinds). */
+static qstatus device_pass(qwen35_model *m, const qrow *rows, int n, int n_seqs, int n_logits, int n_argmax,
+                           qwen35_state *const *states) {
     const qwen35_config *c = &m->cfg;
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const int64_t H = c->hidden;
-    int n_seqs = 0, n_logits = 0, n_argmax = 0;
-    Q_TRY(plan_seqs(m, rows, n, states, &n_seqs, &n_logits, &n_argmax));
-    if (n_logits > 0 && !logits) return q_fail(Q_EINVAL, "forward: rows ask for logits but no buffer");
-    if (n_argmax > 0 && !argmax) return q_fail(Q_EINVAL, "forward: rows ask for greedy ids but no buffer");
-
-    Q_TRY(be->ops->upload(be, s->ids, s->host_ids, (size_t)n * sizeof(int32_t)));
-    Q_TRY(be->ops->upload(be, s->pos, s->host_pos, (size_t)n * sizeof(int32_t)));
     Q_TRY(be->ops->embed(be, &m->w.embed, s->ids, n, s->x)); /* §2.1: no scaling */
-
     /* Each residual add is fused with the norm that follows it (add_rmsnorm); the last layer's MLP
      * output is added alone, the final norm running on the output rows only. */
     Q_TRY(be->ops->rmsnorm(be, s->x, H, m->w.layers[0].input_norm, n, (int)H, c->rms_eps, s->h, H));
@@ -419,10 +412,6 @@ qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state
         else
             Q_TRY(be->ops->add(be, s->x, s->out, (int64_t)n * H));
     }
-    for (int i = 0; i < n_seqs; i++) states[s->seq_stream[i]]->n_past += s->seqs[i].n_rows;
-
-    /* Output rows: those wanting logits first, then those wanting only their greedy id, each in row
-     * order; the head runs once over all of them (the same matmul for both kinds: EXACT(batch)). */
     const int n_out = n_logits + n_argmax;
     if (n_out == 0) return Q_OK;
     if (n_out == n && (n_logits == 0 || n_argmax == 0)) { /* every row, in order: no gather */
@@ -435,10 +424,35 @@ qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state
         Q_TRY(be->ops->rmsnorm(be, s->hl, H, m->w.final_norm, n_out, (int)H, c->rms_eps, s->hl, H));
     }
     Q_TRY(be->ops->matmul(be, s->hl, n_out, &m->w.lm_head, s->logits));
-    if (n_argmax > 0) { /* s->ids is free again: the embedding read it long ago, in stream order */
+    if (n_argmax > 0) /* s->ids is free again: the embedding read it earlier in stream order */
         Q_TRY(be->ops->argmax(be, s->logits + (int64_t)n_logits * c->vocab_size, n_argmax, c->vocab_size, s->ids));
-        Q_TRY(be->ops->download(be, argmax, s->ids, (size_t)n_argmax * sizeof(int32_t)));
-    }
+    return Q_OK;
+}
+
+qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
+                          float *logits, int32_t *argmax) {
+    if (n <= 0) return q_fail(Q_EINVAL, "forward: empty batch");
+    Q_TRY(scratch_reserve(m, n));
+    const qwen35_config *c = &m->cfg;
+    qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    int n_seqs = 0, n_logits = 0, n_argmax = 0;
+    Q_TRY(plan_seqs(m, rows, n, states, &n_seqs, &n_logits, &n_argmax));
+    if (n_logits > 0 && !logits) return q_fail(Q_EINVAL, "forward: rows ask for logits but no buffer");
+    if (n_argmax > 0 && !argmax) return q_fail(Q_EINVAL, "forward: rows ask for greedy ids but no buffer");
+
+    Q_TRY(be->ops->upload(be, s->ids, s->host_ids, (size_t)n * sizeof(int32_t)));
+    Q_TRY(be->ops->upload(be, s->pos, s->host_pos, (size_t)n * sizeof(int32_t)));
+    /* A decode-only batch runs as one recorded graph where the backend has them. If the recording
+     * fails (an op had to synchronise, e.g. a scratch buffer grew), nothing ran: run it directly. */
+    const int decode_only = s->n_ranges == 1 && !s->range_prefill[0];
+    const int graph = decode_only && be->ops->graph_begin && be->ops->graph_begin(be) == Q_OK;
+    qstatus st = device_pass(m, rows, n, n_seqs, n_logits, n_argmax, states);
+    if (graph && (be->ops->graph_end(be, st == Q_OK) != Q_OK || st != Q_OK))
+        st = device_pass(m, rows, n, n_seqs, n_logits, n_argmax, states);
+    Q_TRY(st);
+    for (int i = 0; i < n_seqs; i++) states[s->seq_stream[i]]->n_past += s->seqs[i].n_rows;
+    if (n_argmax > 0) Q_TRY(be->ops->download(be, argmax, s->ids, (size_t)n_argmax * sizeof(int32_t)));
     if (n_logits == 0) return Q_OK;
     return be->ops->download(be, logits, s->logits, (size_t)n_logits * c->vocab_size * sizeof(float));
 }
