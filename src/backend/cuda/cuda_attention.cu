@@ -1,7 +1,8 @@
 /* cuda_attention.cu: partial NeoX RoPE, and causal GQA attention over a stream's K/V cache.
  * Layouts (backend.h): q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] f32.
  * Decode rows: see attention_decode_rows (one launch for all streams, keys split by position).
- * Prompt seqs: a kernel writes the seq's new k/v rows into its caches, then one block per
+ * Prompt seqs: a kernel writes the seq's new k/v rows into its caches, then the tensor-core flash
+ * kernel (cuda_flash_prefill.cu) runs where it supports the shape; elsewhere one block per
  * (row, q head) runs ATT_WARPS warps; warp w takes keys w, w + ATT_WARPS, ... <= the row's position
  * with an online softmax (running max, sum, and a dim-vector held dim/32 per lane); the warps'
  * partial results merge in a fixed order. EXACT(batch): a row's result depends only on its own
@@ -9,6 +10,7 @@
  * Floor: K/V bytes of the stream read once per q head (GQA packing, reading each kv head once for
  * its q heads, is the performance issue's). */
 #include "cuda_common.cuh"
+#include "cuda_flash_prefill.h"
 
 #define ATT_WARPS 4
 #define ATT_MAX_PER_LANE 8 /* dim <= 256 */
@@ -217,13 +219,18 @@ qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float
     if (dim % 32 || dim > 32 * ATT_MAX_PER_LANE || n_kv <= 0 || n_q % n_kv)
         return q_fail(Q_EINVAL, "cuda attention: dim %d, heads %d/%d not supported", dim, n_q, n_kv);
     Q_TRY(attention_decode_rows(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out));
-    for (int s = 0; s < n_seqs; s++) { /* prompt seqs: one launch each, a block per (row, head) */
+    for (int s = 0; s < n_seqs; s++) { /* prompt seqs: the K/V write, then one attention launch each */
         const qseq *sq = &seqs[s];
         if (sq->n_rows <= 0 || !sq->chunked) continue;
         kv_write_kernel<<<sq->n_rows, 256, 0, cu_stream(be)>>>(k, v, sq->row0, sq->pos0, n_kv * dim, k_cache[s],
                                                                v_cache[s]);
         CU_LAUNCHED("attention kv write");
-        dim3 grid((unsigned)sq->n_rows, (unsigned)n_q);
+        if (cuda_flash_supported(n_q, n_kv, dim)) { /* tensor cores, GQA-packed (cuda_flash_prefill.cu) */
+            Q_TRY(cuda_flash_prefill(be, q, sq->row0, sq->n_rows, sq->pos0, k_cache[s], v_cache[s], n_q, n_kv, dim,
+                                     scale, cuda_flash_precision(), out));
+            continue;
+        }
+        dim3 grid((unsigned)sq->n_rows, (unsigned)n_q); /* other shapes: a block per (row, head) */
         attention_kernel<<<grid, ATT_WARPS * 32, 0, cu_stream(be)>>>(q, sq->row0, sq->pos0, k_cache[s],
                                                                      v_cache[s], n_q, n_kv, dim, scale, out);
         CU_LAUNCHED("attention");

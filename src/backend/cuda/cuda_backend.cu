@@ -18,7 +18,9 @@ static void cu_destroy(qbackend *be) {
         cudaFreeHost(s->stage_host);
         cudaFree(s->stage_dev);
         cudaFree(s->att_part);
+        if (s->graph_exec) cudaGraphExecDestroy(s->graph_exec);
         cu_gemm_free(s);
+        cu_gemv_free(s);
         cudaStreamDestroy(s->stream);
         free(s);
     }
@@ -30,6 +32,7 @@ qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev) {
     size_t need = (bytes + 255) & ~(size_t)255;
     if (need > s->stage_cap) return q_fail(Q_EINVAL, "cuda stage: %zu bytes exceed the %zu-byte table", bytes, s->stage_cap);
     if (s->stage_off + need > s->stage_cap) { /* full: wait for the copies in flight, start over */
+        CU_NOT_CAPTURING(s->stream, "stage");
         CU_TRY(cudaStreamSynchronize(s->stream), "stage");
         s->stage_off = 0;
     }
@@ -44,6 +47,7 @@ qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev) {
 qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out) {
     cuda_state *s = (cuda_state *)be->impl;
     if (bytes > s->att_part_bytes) {
+        CU_NOT_CAPTURING(s->stream, "attention scratch");
         CU_TRY(cudaStreamSynchronize(s->stream), "attention scratch");
         cudaFree(s->att_part);
         s->att_part = NULL;

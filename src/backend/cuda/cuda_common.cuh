@@ -23,6 +23,13 @@ typedef struct cuda_state {
     /* Partial results of split decode attention, grown on demand. */
     float *att_part;
     size_t att_part_bytes;
+    /* The last decode step's executable graph (cuda_graph.cu), updated in place step to step. */
+    cudaGraphExec_t graph_exec;
+    /* The prefill GEMM's cuBLASLt handle, chosen algorithms and bf16 scratch (cuda_gemm.cu), made on
+     * the first matmul_prefill; NULL until then. */
+    struct cu_gemm *gemm;
+    /* The decode matmul's split-K partials and ticket counters (cuda_gemv.cu), grown on demand. */
+    struct cu_gemv *gemv;
 } cuda_state;
 
 /* Copies `bytes` of host data to device memory valid for ops issued before the next synchronisation.
@@ -30,8 +37,26 @@ typedef struct cuda_state {
 qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev);
 /* Device scratch of at least `bytes` for split attention (grows; never shrinks). */
 qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out);
+/* Frees the prefill GEMM state (cuda_gemm.cu); the stream is idle. */
+void cu_gemm_free(cuda_state *s);
+/* Frees the decode matmul scratch (cuda_gemv.cu); the stream is idle. */
+void cu_gemv_free(cuda_state *s);
+/* What matmul_prefill does with W on this backend (mode, algorithm), for benchmarks and logs. */
+extern "C" int cuda_prefill_gemm_describe(qbackend *be, const qweight *W, char *buf, size_t len);
 
 static inline cudaStream_t cu_stream(qbackend *be) { return ((cuda_state *)be->impl)->stream; }
+
+/* Whether the stream is being recorded into a graph (cuda_graph.cu). Code that would synchronise or
+ * allocate (a scratch buffer growing, a first-use setup) checks it first and fails instead, cleanly:
+ * the model then ends the recording and issues the ops directly, when growing is allowed. */
+static inline bool cu_capturing(cudaStream_t st) {
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    return cudaStreamIsCapturing(st, &cs) == cudaSuccess && cs != cudaStreamCaptureStatusNone;
+}
+#define CU_NOT_CAPTURING(st, what) \
+    do { \
+        if (cu_capturing(st)) return q_fail(Q_EINVAL, "cuda %s: cannot grow while recording a graph", what); \
+    } while (0)
 
 #define CU_TRY(call, op)                                                                        \
     do {                                                                                        \

@@ -1,9 +1,9 @@
 /* cuda_gdn.cu: the Gated DeltaNet ops: causal depthwise conv1d + SiLU with its kept state, the gates
  * (beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)), and the gated delta rule.
- * Gated delta rule: the recurrent rule token by token for every seq, including prompt seqs marked
- * chunked (the chunked tensor-core form is the performance issue's; the recurrent rule is the exact
- * serial reference, and a seq's arithmetic still depends only on its own rows: EXACT(batch),
- * EXACT(chunk)). Each column j of a head's state S[h][:][j] evolves on its own, so one warp owns one
+ * Gated delta rule: seqs marked chunked (prompt rows) go to the chunked rule in cuda_gdn_chunked.cu
+ * (when dk, dv are multiples of 32, dk <= 128); the others (decode, drafts) run the recurrent rule
+ * token by token here. A seq's arithmetic depends only on its own rows: EXACT(batch), EXACT(chunk).
+ * Recurrent kernel: each column j of a head's state S[h][:][j] evolves on its own, so one warp owns one
  * column with dk/32 state values per lane in registers, and the dot products k.S[:,j] and q.S[:,j]
  * are fixed-order warp sums. One launch for all seqs: grid (Hv, dv / GDN_COLS, seq), GDN_COLS warps a
  * block; the conv likewise takes grid (channels / 128, seq).
@@ -16,6 +16,11 @@
 #define GDN_COLS 4
 #define GDN_MAX_PER_LANE 8 /* dk <= 256 */
 #define CONV_MAX_K 8
+
+/* cuda_gdn_chunked.cu: the chunked rule for prompt seqs; _ok says whether it takes this shape */
+int cuda_gdn_chunked_ok(qgdn_dims d);
+qstatus cuda_gdn_chunked(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
+                         int n_seqs, float *const *S, qgdn_dims d, float *out);
 
 /* One entry per seq, staged to the device so one launch covers every stream (grid.y = seq). */
 typedef struct seq_desc {
@@ -160,8 +165,29 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         return q_fail(Q_EINVAL, "cuda gated_delta: dk %d, heads %d/%d not supported", dims.k_dim, dims.n_v_heads,
                       dims.n_k_heads);
     if (n_seqs <= 0) return Q_OK;
+    /* prompt seqs (chunked = 1) run the chunked rule (cuda_gdn_chunked.cu) where the shape allows;
+     * the recurrent kernel below then sees them as empty */
+    int n_chunked = 0;
+    if (cuda_gdn_chunked_ok(dims))
+        for (int s = 0; s < n_seqs; s++) n_chunked += seqs[s].chunked && seqs[s].n_rows > 0;
+    if (n_chunked > 0) {
+        Q_TRY(cuda_gdn_chunked(be, qkv, g, beta, seqs, n_seqs, S, dims, out));
+        if (n_chunked == n_seqs) return Q_OK;
+    }
     const seq_desc *d = NULL;
-    Q_TRY(stage_seqs(be, seqs, n_seqs, S, &d));
+    if (n_chunked == 0) {
+        Q_TRY(stage_seqs(be, seqs, n_seqs, S, &d));
+    } else {
+        qseq *rec = (qseq *)malloc((size_t)n_seqs * sizeof *rec);
+        if (!rec) return q_fail(Q_ENOMEM, "cuda gdn: out of memory");
+        for (int s = 0; s < n_seqs; s++) {
+            rec[s] = seqs[s];
+            if (seqs[s].chunked) rec[s].n_rows = 0;
+        }
+        qstatus st = stage_seqs(be, rec, n_seqs, S, &d);
+        free(rec);
+        Q_TRY(st);
+    }
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, GDN_COLS), (unsigned)n_seqs);
     gated_delta_kernel<<<grid, GDN_COLS * 32, 0, cu_stream(be)>>>(qkv, g, beta, d, dims, out);
     CU_LAUNCHED("gated_delta");

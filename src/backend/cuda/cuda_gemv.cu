@@ -1,0 +1,212 @@
+/* cuda_gemv.cu: the decode matmul (op matmul): y[n][n_out] = x[n][n_in] . W^T for decode rows, draft
+ * blocks and the lm_head. Which kernel a weight takes is a property of the weight alone (format, bits,
+ * group, n_in), never of n, so every decode row of a weight runs the same arithmetic (EXACT(batch)):
+ * - bf16 (n_in % 32 == 0) and 4-bit affine with group 64 or 128: gemv_tc_kernel, tensor cores with
+ *   f32-class accuracy (cuda_gemv.cuh explains the arithmetic);
+ * - 4-bit affine group 32, bf16 with n_in % 8 == 0 otherwise: gemv_kernel (SIMT, a warp per output);
+ * - everything else (f32, f16, other bit widths): matmul_kernel (SIMT, a block per output).
+ * The tensor-core kernel's split-K partials and ticket counters live in a per-backend scratch that
+ * grows on demand (cu_gemv_scratch). */
+#include <stdlib.h>
+
+#include "cuda_gemv.cuh"
+
+/* Generic decode kernel: one block of MM_THREADS per (output o, group of MM_ROWS rows). Thread t sums
+ * inputs i = t, t + MM_THREADS, ... for each of its rows, then one fixed-order block reduction per row.
+ * EXACT(batch): a row's sum depends only on MM_THREADS (fixed). */
+#define MM_THREADS 256
+#define MM_ROWS 8
+
+__global__ void __launch_bounds__(MM_THREADS) matmul_kernel(const float *__restrict__ x, int n,
+                                                            qweight W, float *__restrict__ y) {
+    __shared__ float red[33];
+    const int64_t o = blockIdx.x;
+    const int r0 = blockIdx.y * MM_ROWS;
+    const int64_t n_in = W.n_in;
+    float acc[MM_ROWS];
+#pragma unroll
+    for (int r = 0; r < MM_ROWS; r++) acc[r] = 0.0f;
+    for (int64_t i = threadIdx.x; i < n_in; i += MM_THREADS) {
+        const float w = weight_at(W, o, i);
+#pragma unroll
+        for (int r = 0; r < MM_ROWS; r++)
+            if (r0 + r < n) acc[r] = fmaf(w, x[(int64_t)(r0 + r) * n_in + i], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < MM_ROWS; r++) {
+        if (r0 + r >= n) break; /* uniform across the block */
+        const float s = block_sum(acc[r], red);
+        if (threadIdx.x == 0) y[(int64_t)(r0 + r) * W.n_out + o] = s;
+    }
+}
+
+/* SIMT decode kernel for 4-bit affine weights the tensor-core kernel does not take (group 32) and bf16
+ * rows whose n_in is a multiple of 8 but not of 32: a warp per output row, each lane streaming 16-byte
+ * chunks of the row (8 bf16 values or 32 4-bit codes) and applying them to up to GV_ROWS input rows
+ * at once. A row's sum: each lane's chunks c = lane, lane + 32, ... in order, each chunk's elements in
+ * order, then a fixed butterfly over the warp; nothing depends on n (EXACT(batch)). */
+#define GV_WARPS 8
+#define GV_ROWS 8
+
+template <int CH> /* elements per 16-byte chunk: 8 = bf16, 32 = 4-bit affine */
+__global__ void __launch_bounds__(GV_WARPS * 32) gemv_kernel(const float *__restrict__ x, int n, qweight W,
+                                                             float *__restrict__ y) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t o = (int64_t)blockIdx.x * GV_WARPS + warp;
+    if (o >= W.n_out) return; /* whole warps */
+    const int r0 = blockIdx.y * GV_ROWS;
+    const int64_t K = W.n_in;
+    const int64_t row_bytes = CH == 8 ? K * 2 : K / 2;
+    const uint4 *wrow = (const uint4 *)((const unsigned char *)W.w + o * row_bytes);
+    float acc[GV_ROWS];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) acc[r] = 0.0f;
+    for (int64_t c = lane; c * CH < K; c += 32) {
+        const uint4 raw = __ldg(wrow + c);
+        float w[CH];
+        if (CH == 8) {
+            const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                w[2 * e] = __uint_as_float(u[e] << 16);
+                w[2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
+            }
+        } else {
+            const int64_t g = o * (K / W.group) + (c * CH) / W.group;
+            const float sc = load_as_f32(W.scales, W.sb_fmt, g), bi = load_as_f32(W.biases, W.sb_fmt, g);
+            const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+            for (int e = 0; e < CH; e++) /* same rounding as weight_at: no FMA */
+                w[e] = __fadd_rn(__fmul_rn(sc, (float)((u[e / 8] >> (4 * (e % 8))) & 15u)), bi);
+        }
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) {
+            if (r0 + r >= n) break;
+            const float4 *xr = (const float4 *)(x + (int64_t)(r0 + r) * K + c * CH);
+            float a = acc[r];
+#pragma unroll
+            for (int q = 0; q < CH / 4; q++) {
+                const float4 v = xr[q];
+                a = fmaf(w[4 * q], v.x, a);
+                a = fmaf(w[4 * q + 1], v.y, a);
+                a = fmaf(w[4 * q + 2], v.z, a);
+                a = fmaf(w[4 * q + 3], v.w, a);
+            }
+            acc[r] = a;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) {
+        const float s = warp_sum(acc[r]);
+        if (lane == 0 && r0 + r < n) y[(int64_t)(r0 + r) * W.n_out + o] = s;
+    }
+}
+
+struct cu_gemv {
+    float *part;
+    size_t part_floats;
+    unsigned *tick;
+    size_t ticks;
+    int attr_set;
+};
+
+void cu_gemv_free(cuda_state *s) {
+    if (!s || !s->gemv) return;
+    cudaFree(s->gemv->part);
+    cudaFree(s->gemv->tick);
+    free(s->gemv);
+    s->gemv = NULL;
+}
+
+/* The tensor-core kernel's scratch for W on n rows: grows (after the stream drains) and never shrinks.
+ * New ticket counters start at zero; every call leaves them at zero. */
+static qstatus cu_gemv_scratch(qbackend *be, const qweight *W, int n, float **part, unsigned **tick) {
+    cuda_state *s = (cuda_state *)be->impl;
+    if (!s->gemv) {
+        s->gemv = (struct cu_gemv *)calloc(1, sizeof *s->gemv);
+        if (!s->gemv) return q_fail(Q_ENOMEM, "cuda matmul: out of memory");
+    }
+    struct cu_gemv *g = s->gemv;
+    const size_t need_p = gemv_tc_part_floats(W, n), need_t = gemv_tc_ticks(W, n);
+    if (!g->attr_set || need_p > g->part_floats || need_t > g->ticks) CU_NOT_CAPTURING(s->stream, "matmul scratch");
+    if (!g->attr_set) {
+        CU_TRY(gemv_tc_init(), "matmul (shared memory limit)");
+        g->attr_set = 1;
+    }
+    if (need_p > g->part_floats) {
+        CU_TRY(cudaStreamSynchronize(s->stream), "matmul scratch");
+        cudaFree(g->part);
+        g->part = NULL;
+        g->part_floats = 0;
+        const size_t want = need_p + need_p / 2;
+        cudaError_t e = cudaMalloc((void **)&g->part, want * sizeof(float));
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return q_fail(Q_ENOMEM, "cuda matmul scratch of %zu bytes: %s", want * sizeof(float), cudaGetErrorString(e));
+        }
+        g->part_floats = want;
+    }
+    if (need_t > g->ticks) {
+        CU_TRY(cudaStreamSynchronize(s->stream), "matmul scratch");
+        cudaFree(g->tick);
+        g->tick = NULL;
+        g->ticks = 0;
+        const size_t want = need_t < 4096 ? 4096 : need_t + need_t / 2;
+        cudaError_t e = cudaMalloc((void **)&g->tick, want * sizeof(unsigned));
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            return q_fail(Q_ENOMEM, "cuda matmul tickets of %zu bytes: %s", want * sizeof(unsigned), cudaGetErrorString(e));
+        }
+        CU_TRY(cudaMemsetAsync(g->tick, 0, want * sizeof(unsigned), s->stream), "matmul scratch");
+        g->ticks = want;
+    }
+    *part = g->part;
+    *tick = g->tick;
+    return Q_OK;
+}
+
+static qstatus check_weight(const qweight *W) {
+    if (W->fmt == QW_AFFINE) {
+        if (W->bits < 2 || W->bits > 8 || W->group <= 0 || W->n_in % W->group || (W->n_in * W->bits) % 32)
+            return q_fail(Q_EINVAL, "cuda matmul: bad affine weight (bits %d, group %d, n_in %lld)", W->bits, W->group,
+                          (long long)W->n_in);
+    }
+    if (W->n_out > 2147483647LL) return q_fail(Q_EINVAL, "cuda matmul: n_out too large");
+    return Q_OK;
+}
+
+/* Which SIMT decode kernel a weight takes when the tensor-core one does not: a property of the weight. */
+static int gemv_chunk(const qweight *W) {
+    if (W->fmt == QW_BF16 && W->n_in % 8 == 0) return 8;
+    if (W->fmt == QW_AFFINE && W->bits == 4 && W->n_in % 32 == 0 && W->group % 32 == 0) return 32;
+    return 0;
+}
+
+qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float *y) {
+    if (n <= 0) return Q_OK;
+    Q_TRY(check_weight(W));
+    const int kind = gemv_tc_kind(W);
+    const int ch = kind < 0 ? gemv_chunk(W) : 0;
+    if ((kind >= 0 || ch) && (((uintptr_t)x | (uintptr_t)W->w) & 15)) /* never fall back: the kernel is the weight's */
+        return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
+    if (kind >= 0) {
+        if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || (W->n_out + GT_OUT - 1) / GT_OUT * ((n + GT_RC - 1) / GT_RC) > 2147483647LL)
+            return q_fail(Q_EINVAL, "cuda matmul: %d rows x %lld outputs is too large", n, (long long)W->n_out);
+        float *part = NULL;
+        unsigned *tick = NULL;
+        Q_TRY(cu_gemv_scratch(be, W, n, &part, &tick));
+        CU_TRY(gemv_tc_launch(kind, x, n, W, y, part, tick, cu_stream(be)), "matmul (tensor-core gemv)");
+        return Q_OK;
+    }
+    if (ch) {
+        dim3 grid(cu_blocks(W->n_out, GV_WARPS), cu_blocks(n, GV_ROWS));
+        if (ch == 8) gemv_kernel<8><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);
+        else gemv_kernel<32><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);
+        CU_LAUNCHED("matmul (gemv)");
+        return Q_OK;
+    }
+    dim3 grid((unsigned)W->n_out, cu_blocks(n, MM_ROWS));
+    matmul_kernel<<<grid, MM_THREADS, 0, cu_stream(be)>>>(x, n, *W, y);
+    CU_LAUNCHED("matmul");
+    return Q_OK;
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# tests/cuda/bench_gemm.sh: the prefill GEMM (matmul_prefill) on the GPU machine: accuracy against a
+# float64 reference, bitwise EXACT(batch) across call sizes, and speed, for the 9B model's shapes in
+# bf16 and MLX 4-bit (group 64), split (default) and bf16 (QUILL_PREFILL_PRECISION=bf16) modes, plus the
+# old tiled kernel on one shape. Builds bench_gemm in $BUILD (default build-cuda), prints one table
+# (under 40 lines), keeps the log in $OUT. Exits non-zero on any failed check.
+# Tuning knobs it passes through: QUILL_GEMM_REF_M (the row count the algorithm is chosen at, 512),
+# QUILL_GEMM_WS_MB (cuBLASLt workspace, 0).
+set -u
+cd "$(dirname "$0")/../.."
+[ -d .debs ] && . tests/cuda/device_deps.sh
+build=${BUILD:-build-cuda}
+log=${OUT:-/tmp}/bench-gemm.log
+: >"$log"
+if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 &&
+       cmake --build "$build" -j "$(nproc)" --target bench_gemm >>"$log" 2>&1; }; then
+  tail -30 "$log"; echo "build failed"; exit 1
+fi
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null | sed 's/^/# /'
+t0=$(date +%s)
+"$build/bench_gemm" 2>&1 | tee -a "$log"
+rc=${PIPESTATUS[0]}
+echo "# bench_gemm: rc $rc, $(( $(date +%s) - t0 )) s"
+exit $rc

@@ -1,0 +1,374 @@
+/* bench_gemv.cu: the decode matmul (cuda_gemv.cuh's tensor-core kernel) against the old SIMT
+ * gemv_kernel, on the GPU: checks and timings. Built and run by tests/cuda/bench_gemv.sh (nvcc, cudart
+ * only). For shapes (n_out x K) 4096x4096, 12288x4096, 4096x12288, 248320x4096 and bf16 / MLX 4-bit g64
+ * weights (random, made on the device):
+ *   check: n = 64 rows, outputs poisoned (NaN) first, every output written and finite; relative error
+ *     max|y - ref| / max|ref| against an f64 CPU reference on 256 sampled outputs (old kernel too);
+ *     EXACT(batch): a row's outputs bitwise equal alone (n = 1), at row 37 of 64, at row 37 of 64 other
+ *     random rows, and at row 3 of 13;
+ *   time: n = 1, 2, 4, 8, 16, 64; CUDA events around each launch, median of the runs, rotating weight
+ *     copies so that L2 (60 MB) does not keep them; GB/s of weight bytes (codes + scales + biases) and %
+ *     of 4.3 TB/s.
+ * Also checks 4-bit group 128 on the first shape. Prints one compact table; exits non-zero on a failed
+ * check. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/cuda_gemv.cuh"
+
+#define CK(call)                                                                                       \
+    do {                                                                                               \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
+            exit(2);                                                                                   \
+        }                                                                                              \
+    } while (0)
+
+/* ---- the OLD decode kernel, copied from cuda_matmul.cu before the tensor-core kernel ------------- */
+#define GV_WARPS 8
+#define GV_ROWS 8
+template <int CH>
+__global__ void __launch_bounds__(GV_WARPS * 32) old_gemv_kernel(const float *__restrict__ x, int n, qweight W,
+                                                                 float *__restrict__ y) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int64_t o = (int64_t)blockIdx.x * GV_WARPS + warp;
+    if (o >= W.n_out) return;
+    const int r0 = blockIdx.y * GV_ROWS;
+    const int64_t K = W.n_in;
+    const int64_t row_bytes = CH == 8 ? K * 2 : K / 2;
+    const uint4 *wrow = (const uint4 *)((const unsigned char *)W.w + o * row_bytes);
+    float acc[GV_ROWS];
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) acc[r] = 0.0f;
+    for (int64_t c = lane; c * CH < K; c += 32) {
+        const uint4 raw = __ldg(wrow + c);
+        float w[CH];
+        if (CH == 8) {
+            const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                w[2 * e] = __uint_as_float(u[e] << 16);
+                w[2 * e + 1] = __uint_as_float(u[e] & 0xffff0000u);
+            }
+        } else {
+            const int64_t g = o * (K / W.group) + (c * CH) / W.group;
+            const float sc = load_as_f32(W.scales, W.sb_fmt, g), bi = load_as_f32(W.biases, W.sb_fmt, g);
+            const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+            for (int e = 0; e < CH; e++) w[e] = __fadd_rn(__fmul_rn(sc, (float)((u[e / 8] >> (4 * (e % 8))) & 15u)), bi);
+        }
+#pragma unroll
+        for (int r = 0; r < GV_ROWS; r++) {
+            if (r0 + r >= n) break;
+            const float4 *xr = (const float4 *)(x + (int64_t)(r0 + r) * K + c * CH);
+            float a = acc[r];
+#pragma unroll
+            for (int q = 0; q < CH / 4; q++) {
+                const float4 v = xr[q];
+                a = fmaf(w[4 * q], v.x, a);
+                a = fmaf(w[4 * q + 1], v.y, a);
+                a = fmaf(w[4 * q + 2], v.z, a);
+                a = fmaf(w[4 * q + 3], v.w, a);
+            }
+            acc[r] = a;
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < GV_ROWS; r++) {
+        const float s = warp_sum(acc[r]);
+        if (lane == 0 && r0 + r < n) y[(int64_t)(r0 + r) * W.n_out + o] = s;
+    }
+}
+
+/* ---- random data on the device ------------------------------------------------------------------ */
+__host__ __device__ static inline uint32_t hash32(uint64_t i, uint32_t seed) {
+    uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return (uint32_t)(z ^ (z >> 31));
+}
+__global__ void fill_words(uint32_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = hash32(i, seed);
+}
+/* bf16 values offset + scale * u, u uniform in [-1, 1) */
+__global__ void fill_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float offset, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float u = (float)(hash32(i, seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+        p[i] = __float2bfloat16_rn(offset + scale * u);
+    }
+}
+
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* ---- one weight (with rotating copies) ---------------------------------------------------------- */
+struct wset {
+    qweight W[16];
+    int copies;
+    size_t w_bytes, sb_bytes; /* per copy: codes, and scales (= biases) */
+};
+
+static wset make_weight(int64_t n_out, int64_t K, int group, uint32_t seed) { /* group 0: bf16 */
+    wset s;
+    memset(&s, 0, sizeof s);
+    const size_t n = (size_t)(n_out * K);
+    s.w_bytes = group ? n / 2 : n * 2;
+    s.sb_bytes = group ? (size_t)(n_out * (K / group)) * 2 : 0;
+    const size_t per = s.w_bytes + 2 * s.sb_bytes;
+    s.copies = (int)std::min<size_t>(16, std::max<size_t>(1, (size_t)(240u << 20) / per + 1));
+    for (int c = 0; c < s.copies; c++) {
+        qweight q = {group ? QW_AFFINE : QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, group ? 4 : 0, group};
+        CK(cudaMalloc(&q.w, s.w_bytes));
+        if (c == 0) {
+            if (group) fill_words<<<2048, 256>>>((uint32_t *)q.w, s.w_bytes / 4, seed);
+            else fill_bf16<<<2048, 256>>>((__nv_bfloat16 *)q.w, n, seed, 0.0f, 0.05f);
+            CK(cudaGetLastError());
+        } else CK(cudaMemcpy(q.w, s.W[0].w, s.w_bytes, cudaMemcpyDeviceToDevice));
+        if (group) {
+            CK(cudaMalloc(&q.scales, s.sb_bytes));
+            CK(cudaMalloc(&q.biases, s.sb_bytes));
+            if (c == 0) {
+                fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.scales, s.sb_bytes / 2, seed + 1, 0.01f, 0.005f);
+                fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.biases, s.sb_bytes / 2, seed + 2, -0.08f, 0.01f);
+                CK(cudaGetLastError());
+            } else {
+                CK(cudaMemcpy(q.scales, s.W[0].scales, s.sb_bytes, cudaMemcpyDeviceToDevice));
+                CK(cudaMemcpy(q.biases, s.W[0].biases, s.sb_bytes, cudaMemcpyDeviceToDevice));
+            }
+        }
+        s.W[c] = q;
+    }
+    CK(cudaDeviceSynchronize());
+    return s;
+}
+static void free_weight(wset &s) {
+    for (int c = 0; c < s.copies; c++) {
+        CK(cudaFree(s.W[c].w));
+        if (s.W[c].scales) CK(cudaFree(s.W[c].scales));
+        if (s.W[c].biases) CK(cudaFree(s.W[c].biases));
+    }
+}
+
+/* Row o of W as f32 values (4-bit: scale * code + bias rounded as the CPU backend rounds it). */
+static void weight_row(const qweight &W, int64_t o, std::vector<float> &out) {
+    const int64_t K = W.n_in;
+    out.resize((size_t)K);
+    if (W.fmt == QW_BF16) {
+        std::vector<uint16_t> h((size_t)K);
+        CK(cudaMemcpy(h.data(), (const uint16_t *)W.w + o * K, (size_t)K * 2, cudaMemcpyDeviceToHost));
+        for (int64_t k = 0; k < K; k++) out[(size_t)k] = bf2f(h[(size_t)k]);
+        return;
+    }
+    const int64_t gpr = K / W.group;
+    std::vector<uint32_t> w((size_t)K / 8);
+    std::vector<uint16_t> sc((size_t)gpr), bi((size_t)gpr);
+    CK(cudaMemcpy(w.data(), (const uint32_t *)W.w + o * (K / 8), (size_t)K / 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sc.data(), (const uint16_t *)W.scales + o * gpr, (size_t)gpr * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(bi.data(), (const uint16_t *)W.biases + o * gpr, (size_t)gpr * 2, cudaMemcpyDeviceToHost));
+    for (int64_t k = 0; k < K; k++) {
+        const float q = (float)((w[(size_t)(k / 8)] >> (4 * (k % 8))) & 15u);
+        const volatile float p = bf2f(sc[(size_t)(k / W.group)]) * q;
+        out[(size_t)k] = p + bf2f(bi[(size_t)(k / W.group)]);
+    }
+}
+
+/* ---- the kernels under test --------------------------------------------------------------------- */
+struct scratch {
+    float *part;
+    unsigned *tick;
+};
+
+static void run_new(const qweight &W, const float *x, int n, float *y, const scratch &sc) {
+    const int kind = gemv_tc_kind(&W);
+    if (kind < 0) { fprintf(stderr, "weight not taken by the tensor-core kernel\n"); exit(2); }
+    CK(gemv_tc_launch(kind, x, n, &W, y, sc.part, sc.tick, 0));
+}
+static void run_old(const qweight &W, const float *x, int n, float *y) {
+    dim3 grid((unsigned)((W.n_out + GV_WARPS - 1) / GV_WARPS), (unsigned)((n + GV_ROWS - 1) / GV_ROWS));
+    if (W.fmt == QW_BF16) old_gemv_kernel<8><<<grid, GV_WARPS * 32>>>(x, n, W, y);
+    else old_gemv_kernel<32><<<grid, GV_WARPS * 32>>>(x, n, W, y);
+    CK(cudaGetLastError());
+}
+
+static int n_fail;
+
+/* Relative error of y (n rows, device) against the f64 reference on sampled outputs. */
+static double rel_err(const qweight &W, const std::vector<float> &hx, int n, const float *dy, int64_t *unwritten) {
+    const int64_t N = W.n_out, K = W.n_in;
+    std::vector<float> hy((size_t)(n * N));
+    CK(cudaMemcpy(hy.data(), dy, hy.size() * 4, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (size_t i = 0; i < hy.size(); i++) bad += !isfinite(hy[i]);
+    *unwritten = bad;
+    double num = 0, den = 0;
+    std::vector<float> wr;
+    for (int s = 0; s < 256; s++) {
+        const int64_t o = s == 255 ? N - 1 : (int64_t)s * (N / 255) + (s * 7) % 13;
+        weight_row(W, o, wr);
+        for (int r = 0; r < n; r++) {
+            double ref = 0;
+            for (int64_t k = 0; k < K; k++) ref += (double)wr[(size_t)k] * hx[(size_t)(r * K + k)];
+            num = std::max(num, fabs(ref - hy[(size_t)(r * N + o)]));
+            den = std::max(den, fabs(ref));
+        }
+    }
+    return num / den;
+}
+
+static float median_us(std::vector<float> &v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2] * 1000.0f;
+}
+
+int main(void) {
+    int dev = 0;
+    CK(cudaSetDevice(dev));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, dev));
+    printf("# %s, %d SMs, L2 %d MB; tensor-core gemv: %d threads/block, %d outputs x %d rows per block\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize >> 20, GT_THREADS, GT_OUT, GT_RC);
+    CK(gemv_tc_init());
+    const int64_t shapes[4][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {248320, 4096}};
+    const int ns[6] = {1, 2, 4, 8, 16, 64};
+    const int NMAX = 64;
+    const int64_t KMAX = 12288, NOUT_MAX = 248320;
+
+    /* activations: x (64 rows), x2 (row 37 = x's row 37, others different), x13 (row 3 = x's row 37) */
+    std::vector<float> hx((size_t)(NMAX * KMAX)), hx2((size_t)(NMAX * KMAX));
+    for (size_t i = 0; i < hx.size(); i++) {
+        hx[i] = (float)(hash32(i, 77) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+        hx2[i] = (float)(hash32(i, 78) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+    }
+    float *dx, *dx2, *dx1, *dx13, *dy, *dy2;
+    CK(cudaMalloc(&dx, hx.size() * 4));
+    CK(cudaMalloc(&dx2, hx.size() * 4));
+    CK(cudaMalloc(&dx1, (size_t)KMAX * 4));
+    CK(cudaMalloc(&dx13, (size_t)13 * KMAX * 4));
+    CK(cudaMalloc(&dy, (size_t)NMAX * NOUT_MAX * 4));
+    CK(cudaMalloc(&dy2, (size_t)NMAX * NOUT_MAX * 4));
+    scratch sc;
+    CK(cudaMalloc(&sc.part, (size_t)GT_MAX_SPLIT * NMAX * 32768 * 4)); /* S > 1 only for n_out < 256*128 */
+    CK(cudaMalloc(&sc.tick, (size_t)1 << 20));
+    CK(cudaMemset(sc.tick, 0, (size_t)1 << 20));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+
+    printf("%-13s %-6s %3s %3s | %9s %9s | %9s %7s | %7s\n", "shape", "fmt", "n", "S", "old us", "new us", "new GB/s",
+           "of 4.3T", "speedup");
+    std::vector<std::string> check_lines;
+    const int fmts[3] = {0, 64, 128};
+    for (int si = 0; si < 4; si++) {
+        for (int fi = 0; fi < 3; fi++) {
+            const int group = fmts[fi];
+            if (group == 128 && si != 0) continue;
+            const int64_t N = shapes[si][0], K = shapes[si][1];
+            wset ws = make_weight(N, K, group, 1000u + (uint32_t)(si * 10 + fi));
+            const qweight &W = ws.W[0];
+            const int S = gemv_tc_split(&W, gemv_tc_kind(&W));
+            if ((size_t)S * NMAX * N > (size_t)GT_MAX_SPLIT * NMAX * 32768 && S > 1) { fprintf(stderr, "scratch too small\n"); return 2; }
+            /* upload activations with this K */
+            std::vector<float> xk((size_t)(NMAX * K)), x2k((size_t)(NMAX * K)), x13((size_t)(13 * K));
+            for (int r = 0; r < NMAX; r++)
+                for (int64_t k = 0; k < K; k++) {
+                    xk[(size_t)(r * K + k)] = hx[(size_t)(r * KMAX + k)];
+                    x2k[(size_t)(r * K + k)] = r == 37 ? hx[(size_t)(r * KMAX + k)] : hx2[(size_t)(r * KMAX + k)];
+                }
+            for (int r = 0; r < 13; r++)
+                for (int64_t k = 0; k < K; k++) x13[(size_t)(r * K + k)] = r == 3 ? xk[(size_t)(37 * K + k)] : x2k[(size_t)(r * K + k)];
+            CK(cudaMemcpy(dx, xk.data(), xk.size() * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dx2, x2k.data(), x2k.size() * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dx1, xk.data() + 37 * K, (size_t)K * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dx13, x13.data(), x13.size() * 4, cudaMemcpyHostToDevice));
+
+            /* checks */
+            const size_t ybytes = (size_t)(NMAX * N) * 4;
+            CK(cudaMemset(dy, 0xff, ybytes)); /* NaN */
+            run_new(W, dx, NMAX, dy, sc);
+            CK(cudaDeviceSynchronize());
+            int64_t unw = 0, unw_old = 0;
+            const double err = rel_err(W, xk, NMAX, dy, &unw);
+            CK(cudaMemset(dy2, 0xff, ybytes));
+            run_old(W, dx, NMAX, dy2);
+            CK(cudaDeviceSynchronize());
+            const double err_old = rel_err(W, xk, NMAX, dy2, &unw_old);
+            std::vector<float> a((size_t)N), b((size_t)N);
+            CK(cudaMemcpy(a.data(), dy + 37 * N, (size_t)N * 4, cudaMemcpyDeviceToHost));
+            int exact = 1;
+            CK(cudaMemset(dy2, 0xff, ybytes));
+            run_new(W, dx1, 1, dy2, sc);
+            CK(cudaMemcpy(b.data(), dy2, (size_t)N * 4, cudaMemcpyDeviceToHost));
+            exact &= memcmp(a.data(), b.data(), (size_t)N * 4) == 0;
+            CK(cudaMemset(dy2, 0xff, ybytes));
+            run_new(W, dx2, NMAX, dy2, sc);
+            CK(cudaMemcpy(b.data(), dy2 + 37 * N, (size_t)N * 4, cudaMemcpyDeviceToHost));
+            exact &= memcmp(a.data(), b.data(), (size_t)N * 4) == 0;
+            CK(cudaMemset(dy2, 0xff, ybytes));
+            run_new(W, dx13, 13, dy2, sc);
+            CK(cudaMemcpy(b.data(), dy2 + 3 * N, (size_t)N * 4, cudaMemcpyDeviceToHost));
+            exact &= memcmp(a.data(), b.data(), (size_t)N * 4) == 0;
+            CK(cudaDeviceSynchronize());
+            const int ok = err < 2e-5 && unw == 0 && exact;
+            n_fail += !ok;
+            char line[256];
+            snprintf(line, sizeof line, "check %6lldx%-6lld %-6s S=%-2d rel err new %.2e old %.2e | unwritten %lld | EXACT(batch) %s | %s",
+                     (long long)N, (long long)K, group ? (group == 64 ? "q4g64" : "q4g128") : "bf16", S, err, err_old,
+                     (long long)unw, exact ? "bitwise" : "DIFFERS", ok ? "ok" : "FAIL");
+            check_lines.push_back(line);
+
+            /* timings (4-bit g128 is only checked) */
+            if (group != 128) {
+                const double wbytes = (double)ws.w_bytes + 2.0 * ws.sb_bytes;
+                for (int ni = 0; ni < 6; ni++) {
+                    const int n = ns[ni];
+                    float us[2];
+                    for (int which = 0; which < 2; which++) {
+                        const int iters = N > 100000 ? 15 : 40;
+                        std::vector<float> t;
+                        for (int it = -3; it < iters; it++) {
+                            const qweight &Wc = ws.W[(it + 3) % ws.copies];
+                            CK(cudaEventRecord(e0));
+                            if (which) run_new(Wc, dx, n, dy, sc);
+                            else run_old(Wc, dx, n, dy);
+                            CK(cudaEventRecord(e1));
+                            CK(cudaEventSynchronize(e1));
+                            float ms;
+                            CK(cudaEventElapsedTime(&ms, e0, e1));
+                            if (it >= 0) t.push_back(ms);
+                        }
+                        us[which] = median_us(t);
+                    }
+                    const double gbs = wbytes / (us[1] * 1e-6) / 1e9;
+                    char shp[32];
+                    snprintf(shp, sizeof shp, "%lldx%lld", (long long)N, (long long)K);
+                    printf("%-13s %-6s %3d %3d | %9.1f %9.1f | %9.0f %6.1f%% | %6.2fx\n", shp, group ? "q4g64" : "bf16", n, S,
+                           us[0], us[1], gbs, 100.0 * gbs / 4300.0, us[0] / us[1]);
+                }
+            }
+            free_weight(ws);
+        }
+    }
+    for (auto &l : check_lines) printf("%s\n", l.c_str());
+    CK(cudaFree(dx));
+    CK(cudaFree(dx2));
+    CK(cudaFree(dx1));
+    CK(cudaFree(dx13));
+    CK(cudaFree(dy));
+    CK(cudaFree(dy2));
+    CK(cudaFree(sc.part));
+    CK(cudaFree(sc.tick));
+    printf("%s: %d failed checks\n", n_fail ? "FAIL" : "ok", n_fail);
+    return n_fail ? 1 : 0;
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# tests/cuda/tune_gemv.sh: the decode matmul bench (bench_gemv.cu) built with several geometries
+# (cuda_gemv.cuh's GT_* knobs), n = 1, 16 and 64 rows only, to pick the defaults. GPU machine only.
+set -u
+cd "$(dirname "$0")/../.."
+nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
+dir=${OUT:-/tmp}/tune_gemv
+mkdir -p "$dir"
+variants=("base:" "upc8:-DGT_UPC=8" "upc2:-DGT_UPC=2" "w4:-DGT_WARPS=4" "blk512:-DGT_BLOCKS=512" "upc8blk512:-DGT_UPC=8 -DGT_BLOCKS=512")
+for v in "${variants[@]}"; do
+  name=${v%%:*}; flags=${v#*:}
+  "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc $flags tests/cuda/bench_gemv.cu \
+    -o "$dir/$name" >"$dir/$name.build.txt" 2>&1 &
+done
+wait
+for v in "${variants[@]}"; do
+  name=${v%%:*}
+  [ -x "$dir/$name" ] || { echo "$name: build failed"; tail -5 "$dir/$name.build.txt"; continue; }
+  echo "## $name ${v#*:}"
+  "$dir/$name" >"$dir/$name.txt" 2>&1
+  grep -E "^(4096x4096|12288x4096|4096x12288|248320x4096) +(bf16|q4g64) +(1|16|64) " "$dir/$name.txt"
+  grep -E "failed checks" "$dir/$name.txt"
+done
