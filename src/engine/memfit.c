@@ -76,6 +76,24 @@ qstatus memfit_weights_bytes(const char *dir, int64_t *out) {
     return Q_OK;
 }
 
+/* What CUDA's kernels hold besides the model's scratch, as upper bounds (counted on every backend, as
+ * the attention partials above): the prefill GEMM's bf16 hi/lo copies of a chunk's activations and of
+ * the largest 4-bit weight dequantized (cuda_gemm.cu) and its 32 MiB cuBLASLt workspace; the chunked
+ * gated delta rule's window (cuda_gdn_chunked.cu, 128 MiB); the decode matmul's split-K partials (at
+ * most 16 slices of n_parallel rows of the widest non-head matrix, cuda_gemv.cu). Growing buffers keep
+ * 1.5x headroom. */
+static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int chunk) {
+    int64_t wide = c->intermediate, k_max = c->intermediate > c->hidden ? c->intermediate : c->hidden;
+    const int64_t q = 2LL * c->n_heads * c->head_dim;
+    const int64_t qkv = 2LL * c->lin_n_k_heads * c->lin_k_dim + (int64_t)c->lin_n_v_heads * c->lin_v_dim;
+    if (q > wide) wide = q;
+    if (qkv > wide) wide = qkv;
+    const int64_t gemm = (4 * (int64_t)chunk * k_max + 4 * wide * c->hidden) * 3 / 2 + ((int64_t)32 << 20);
+    const int64_t gdn = ((int64_t)128 << 20) * 3 / 2;
+    const int64_t gemv = 16LL * n_parallel * wide * 4 * 3 / 2;
+    return gemm + gdn + gemv;
+}
+
 /* The bytes n_ctx x n_parallel need with every other term of p fixed. */
 static int64_t need_for(const qwen35_config *cfg, int64_t weights, const qmemfit_params *p, int n_ctx,
                         int n_parallel, int64_t *gdn, int64_t *scratch, int64_t *kv_rows, int64_t *pc) {
@@ -84,6 +102,7 @@ static int64_t need_for(const qwen35_config *cfg, int64_t weights, const qmemfit
     /* CUDA's split decode attention keeps (max, sum, output) per decode row, head and 512-position
      * range, grown with 1.5x headroom (backend/cuda/cuda_attention.cu); counted on every backend */
     *scratch += (int64_t)n_parallel * (n_ctx / 512 + 1) * cfg->n_heads * (cfg->head_dim + 2) * 4 * 3 / 2;
+    *scratch += cuda_kernel_scratch(cfg, n_parallel, p->prefill_chunk > 0 ? p->prefill_chunk : 512);
     *kv_rows = (int64_t)n_parallel * n_ctx; /* admission never lets the slots hold more */
     if (p->kv_budget_rows > 0 && p->kv_budget_rows < *kv_rows) *kv_rows = p->kv_budget_rows;
     *pc = p->prompt_cache_gib > 0 ? (int64_t)(p->prompt_cache_gib * (double)GIB) : 0;
