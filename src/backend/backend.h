@@ -128,7 +128,7 @@ typedef struct qbackend_ops {
                            const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
 
     /* The residual add fused with the next RMSNorm: x += r, then y = rmsnorm(x) * w, per vector of dim
-     * (x, r, y: [n_vec][dim], contiguous). Bitwise what add then rmsnorm give; one pass instead of two. */
+     * (x, r, y: [n_vec][dim], contiguous, not overlapping). Bitwise what add then rmsnorm give; one pass. */
     qstatus (*add_rmsnorm)(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim,
                            float eps, float *y);
 

@@ -5,9 +5,13 @@
  *         same f32 inputs and the same f32-dequantized weights; outputs poisoned (NaN) before each call
  *   same  rows computed in calls of m = 1, 7, 64, 512, 2048 rows (at offsets 0, in the middle, at the
  *         end of the 4096-row input) bitwise equal to the same rows of the 4096-row call, plus a second
- *         4096-row call equal to the first; "k/N" calls equal
+ *         4096-row call equal to the first, plus one call of m = 16384 rows (the 4096-row input repeated
+ *         from a phase of MBIG_PHASE rows, so each of its rows sits elsewhere in its tile) whose every row
+ *         equals its row of the 4096-row call; "k/N" calls equal
  *   ms, TF  median time of one call (CUDA events on the backend's stream) and 2*m*n_out*K / time
- * and the old tiled SIMT kernel (QUILL_PREFILL_GEMM=tiled) on one shape. Exit 1 on any failure. */
+ * and the old tiled SIMT kernel (QUILL_PREFILL_GEMM=tiled) on one shape. Before each shape's rows, a '#'
+ * line gives the algorithm chosen for it and how (cuda_prefill_gemm_describe: the tier, the heuristic's
+ * and the enumeration's candidates and why they were refused). Exit 1 on any failure. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,6 +42,8 @@
     } while (0)
 
 #define MMAX 4096
+#define MBIG 16384
+#define MBIG_PHASE 3192 /* row r of the big input is row (r + MBIG_PHASE) % MMAX of the 4096-row input */
 static const int M_LIST[] = {1, 7, 64, 512, 2048, 4096};
 #define N_M 6
 #define N_SAMPLE 6
@@ -192,6 +198,40 @@ static double time_call(qbackend *be, const float *x, int m, const qweight *W, f
 
 static int n_fail;
 
+/* Counts elements of big (rows x n_out) not bitwise equal to row (r + MBIG_PHASE) % MMAX of ref. */
+__global__ void cmp_big_kernel(const float *__restrict__ big, const float *__restrict__ ref, int64_t n_out,
+                               int64_t rows, unsigned long long *bad) {
+    unsigned long long local = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * n_out; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / n_out, c = i - r * n_out, rr = (r + MBIG_PHASE) % MMAX;
+        local += __float_as_uint(big[i]) != __float_as_uint(ref[rr * n_out + c]);
+    }
+    if (local) atomicAdd(bad, local);
+}
+
+/* The m = MBIG call against the 4096-row result dy: 1 when every row is bitwise equal. */
+static int check_big(qbackend *B, const float *dx, const float *dy, const qweight *W, float *dxb, float *dyb,
+                     unsigned long long *dbad) {
+    const int64_t K = W->n_in, n_out = W->n_out;
+    cudaStream_t st = cu_stream(B);
+    for (int64_t r0 = 0; r0 < MBIG;) { /* the input, in contiguous pieces */
+        const int64_t src = (r0 + MBIG_PHASE) % MMAX, len = std::min<int64_t>(MMAX - src, MBIG - r0);
+        CK(cudaMemcpyAsync(dxb + r0 * K, dx + src * K, (size_t)(len * K) * 4, cudaMemcpyDeviceToDevice, st));
+        r0 += len;
+    }
+    poison(B, dyb, (size_t)(MBIG * n_out));
+    OK(B->ops->matmul_prefill(B, dxb, MBIG, W, dyb));
+    CK(cudaMemsetAsync(dbad, 0, sizeof *dbad, st));
+    cmp_big_kernel<<<132 * 8, 256, 0, st>>>(dyb, dy, n_out, MBIG, dbad);
+    CK(cudaGetLastError());
+    unsigned long long bad = 0;
+    CK(cudaMemcpyAsync(&bad, dbad, sizeof bad, cudaMemcpyDeviceToHost, st));
+    CK(cudaStreamSynchronize(st));
+    if (bad) fprintf(stderr, "m=%d: %llu elements differ from the 4096-row call (%lldx%lld)\n", MBIG, bad,
+                     (long long)n_out, (long long)K);
+    return bad == 0;
+}
+
 int main(void) {
     if (cuda_device_count() == 0) {
         printf("no GPU: skipped\n");
@@ -217,9 +257,21 @@ int main(void) {
     double *ref = (double *)malloc((size_t)(N_SAMPLE * nmax) * 8);
     const int sample[N_SAMPLE] = {0, 1, 777, 2048, 3001, MMAX - 1};
     char ln[512];
+    float *dxb, *dyb; /* the m = MBIG check's input and output (plain device memory, any backend's stream) */
+    unsigned long long *dbad;
+    CK(cudaMalloc((void **)&dxb, (size_t)(MBIG * kmax) * 4));
+    CK(cudaMalloc((void **)&dyb, (size_t)(MBIG * nmax) * 4));
+    CK(cudaMalloc((void **)&dbad, sizeof *dbad));
 
     for (int s = 0; s < 4; s++) {
         const int64_t n_out = shapes[s][0], K = shapes[s][1];
+        { /* the algorithm chosen for this shape, and why (before its rows: a later failure keeps it) */
+            char d0[2048];
+            qweight w = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0};
+            cuda_prefill_gemm_describe(be[0], &w, d0, sizeof d0);
+            printf("#   %lldx%lld %s\n", (long long)n_out, (long long)K, d0);
+            fflush(stdout);
+        }
         for (int64_t i = 0; i < MMAX * K; i++) hx[i] = frand();
         for (int q4 = 0; q4 < 2; q4++) {
             hw h = hw_make(q4, n_out, K);
@@ -276,6 +328,8 @@ int main(void) {
                     OK(B->ops->download(B, hy2, dy2, (size_t)(MMAX * n_out) * 4));
                     same += memcmp(hy2, hy, (size_t)(MMAX * n_out) * 4) == 0;
                     calls++;
+                    same += check_big(B, dx, dy, &w.q, dxb, dyb, dbad); /* dy: still the first 4096-row call */
+                    calls++;
                 }
                 if (!acc_ok || same != calls) n_fail++;
                 /* timing */
@@ -300,10 +354,6 @@ int main(void) {
             }
             hw_free(&h);
         }
-        char d0[256];
-        qweight w = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0};
-        cuda_prefill_gemm_describe(be[0], &w, d0, sizeof d0);
-        printf("#   %lldx%lld %s\n", (long long)n_out, (long long)K, d0);
     }
     for (int b = 0; b < 3; b++) be[b]->ops->destroy(be[b]);
     free(hx);
@@ -311,6 +361,9 @@ int main(void) {
     free(hy2);
     free(wrow);
     free(ref);
+    cudaFree(dxb);
+    cudaFree(dyb);
+    cudaFree(dbad);
     printf("bounds: split 1e-5, bf16 2e-2; same = bitwise-equal calls; %s\n", n_fail ? "FAILED" : "all ok");
     return n_fail ? 1 : 0;
 }

@@ -5,7 +5,9 @@
 # old tiled kernel on one shape. Builds bench_gemm in $BUILD (default build-cuda), prints one table
 # (under 40 lines), keeps the log in $OUT. Exits non-zero on any failed check.
 # Tuning knobs it passes through: QUILL_GEMM_REF_M (the row count the algorithm is chosen at, 512),
-# QUILL_GEMM_WS_MB (cuBLASLt workspace, 0).
+# QUILL_GEMM_WS_MB (cuBLASLt workspace limit, 32; used only where no algorithm without one exists).
+# The selection's trace (every candidate and why it was refused) goes to $OUT/gemm-trace.txt(.gz)
+# unless QUILL_GEMM_TRACE names another file.
 set -u
 cd "$(dirname "$0")/../.."
 [ -d .debs ] && . tests/cuda/device_deps.sh
@@ -18,7 +20,10 @@ if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$
 fi
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null | sed 's/^/# /'
 t0=$(date +%s)
-"$build/bench_gemm" 2>&1 | tee -a "$log"
+trace=${QUILL_GEMM_TRACE:-${OUT:-/tmp}/gemm-trace.txt}
+rm -f "$trace" "$trace.gz"
+QUILL_GEMM_TRACE=$trace "$build/bench_gemm" 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
+[ -s "$trace" ] && echo "# selection trace: $(wc -l <"$trace") lines in $trace.gz" && gzip -f "$trace"
 echo "# bench_gemm: rc $rc, $(( $(date +%s) - t0 )) s"
 exit $rc

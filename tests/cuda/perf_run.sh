@@ -25,6 +25,11 @@ has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 stamp() { echo "[$(date +%T)] $*" | tee -a "$log"; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv >>"$summary" 2>&1
 
+if has accept; then # issue 8's acceptance lengths: GPU work of its own while quill builds
+  stamp "acceptance (background)"
+  ( OUT=$FINAL timeout 200 bash tools/train/eval_acceptance.sh >"$OUT/accept.log" 2>&1; echo "accept rc=$?" >>"$OUT/accept.log" ) &
+  accept_pid=$!
+fi
 stamp build
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90a >>"$log" 2>&1 &&
   cmake --build build-cuda -j "$(nproc)" >>"$log" 2>&1 || { tail -60 "$log" | tee -a "$summary"; echo "build failed"; exit 1; }
@@ -55,6 +60,8 @@ if has tune; then
   OUT=$OUT timeout 200 bash tests/cuda/tune_gemv.sh >>"$summary" 2>&1
 fi
 [ -n "${synth_pid:-}" ] && { stamp "waiting for the 9b model files"; wait $synth_pid; }
+[ -n "${accept_pid:-}" ] && { stamp "waiting for the acceptance run"; wait $accept_pid; echo "## acceptance" >>"$summary"; grep -E "evaluate:|rc=|Error|error" "$OUT/accept.log" | tail -8 >>"$summary"; }
+MODELS=${MODELS:-"$m ${m}q4"}
 
 q() { # limit, label, env..., command: one group of figures into the summary
   local limit=$1 label=$2; shift 2
@@ -64,14 +71,14 @@ q() { # limit, label, env..., command: one group of figures into the summary
   echo "rc=$?" >>"$summary"
 }
 if has decode; then
-  for w in $m ${m}q4; do
+  for w in $MODELS; do
     B="build-cuda/quill bench $w --backend cuda"
     q 90 "decode $w" X=1 $B --prefill '' --contexts 0,32768 --streams 4,16,64 --steps 16
     q 40 "decode $w, graphs off" QUILL_CUDA_GRAPHS=0 $B --prefill '' --contexts 0 --streams '' --steps 16
   done
 fi
 if has prefill; then
-  for w in $m ${m}q4; do
+  for w in $MODELS; do
     B="build-cuda/quill bench $w --backend cuda"
     q 60 "prefill $w split (default)" X=1 $B --contexts '' --streams '' --prefill 512,4096 --prefill-chunk 4096
     q 60 "prefill $w bf16" QUILL_PREFILL_PRECISION=bf16 $B --contexts '' --streams '' --prefill 512,4096 --prefill-chunk 4096

@@ -6,7 +6,7 @@
  * Recurrent kernel: each column j of a head's state S[h][:][j] evolves on its own, so one warp owns one
  * column with dk/32 state values per lane in registers, and the dot products k.S[:,j] and q.S[:,j]
  * are fixed-order warp sums. One launch for all seqs: grid (Hv, dv / GDN_COLS, seq), GDN_COLS warps a
- * block; the conv likewise takes grid (channels / 128, seq).
+ * block; the conv takes grid (channels / 128, row tiles of 32, seq).
  * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32; out [n][Hv][dv].
  * Floor: S read and written once per seq per launch (2 * Hv*dk*dv*4 bytes) plus the rows. */
 #include <stdlib.h>
@@ -39,19 +39,29 @@ static qstatus stage_seqs(qbackend *be, const qseq *seqs, int n_seqs, float *con
     return st;
 }
 
+/* Rows are independent given their K-1 predecessors (no recurrence), so a seq is cut into tiles of
+ * CONV_ROWS rows, one block row each: a long prompt fills the GPU. Each output is the same fma chain
+ * over the same window as a row-by-row scan would give. The first tile reads the old state and, after
+ * it, writes the new one (the seq's last K-1 inputs): the same thread reads, then writes, so tiles never
+ * race on the state. */
+#define CONV_ROWS 32
+
 __global__ void conv1d_silu_kernel(const float *__restrict__ x, const seq_desc *__restrict__ seqs,
                                    const float *__restrict__ w, int C, int K, float *__restrict__ y) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const int row0 = seqs[blockIdx.y].row0, n_rows = seqs[blockIdx.y].n_rows;
-    float *state = seqs[blockIdx.y].state;
-    if (c >= C || n_rows == 0) return; /* an empty seq may come with no state (as on the CPU) */
+    const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
+    float *state = seqs[blockIdx.z].state;
+    const int t0 = blockIdx.y * CONV_ROWS, t1 = min(n_rows, t0 + CONV_ROWS);
+    if (c >= C || t0 >= n_rows) return; /* an empty seq may come with no state (as on the CPU) */
+    /* input at seq time tau: a row of x, or for tau < 0 the state entry K-1+tau (oldest first) */
+#define CONV_IN(tau) ((tau) >= 0 ? x[(int64_t)(row0 + (tau)) * C + c] : state[(int64_t)(K - 1 + (tau)) * C + c])
     float win[CONV_MAX_K]; /* win[0..K-2]: the previous inputs, oldest first */
 #pragma unroll
-    for (int j = 0; j < CONV_MAX_K - 1; j++) win[j] = j < K - 1 ? state[(int64_t)j * C + c] : 0.0f;
+    for (int j = 0; j < CONV_MAX_K - 1; j++) win[j] = j < K - 1 ? CONV_IN(t0 - (K - 1) + j) : 0.0f;
     float wc[CONV_MAX_K];
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K; j++) wc[j] = j < K ? w[(int64_t)c * K + j] : 0.0f;
-    for (int t = 0; t < n_rows; t++) {
+    for (int t = t0; t < t1; t++) {
         const float xt = x[(int64_t)(row0 + t) * C + c];
         float s = 0.0f;
 #pragma unroll
@@ -64,19 +74,27 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, const seq_desc *
             if (j < K - 2) win[j] = win[j + 1];
         if (K >= 2) win[K - 2] = xt;
     }
+    if (blockIdx.y != 0) return;
+    float nw[CONV_MAX_K];
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_K - 1; j++) nw[j] = j < K - 1 ? CONV_IN(n_rows - (K - 1) + j) : 0.0f;
+#undef CONV_IN
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K - 1; j++)
-        if (j < K - 1) state[(int64_t)j * C + c] = win[j];
+        if (j < K - 1) state[(int64_t)j * C + c] = nw[j];
 }
 
 qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
                          const float *w, int channels, int kernel, float *y) {
     if (kernel < 1 || kernel > CONV_MAX_K) return q_fail(Q_EINVAL, "cuda conv1d: kernel %d > %d", kernel, CONV_MAX_K);
     if (n_seqs <= 0) return Q_OK;
+    int max_rows = 1;
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].n_rows > max_rows) max_rows = seqs[s].n_rows;
     const seq_desc *d = NULL;
     Q_TRY(stage_seqs(be, seqs, n_seqs, state, &d));
-    conv1d_silu_kernel<<<dim3(cu_blocks(channels, 128), (unsigned)n_seqs), 128, 0, cu_stream(be)>>>(x, d, w, channels,
-                                                                                                  kernel, y);
+    dim3 grid(cu_blocks(channels, 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
+    conv1d_silu_kernel<<<grid, 128, 0, cu_stream(be)>>>(x, d, w, channels, kernel, y);
     CU_LAUNCHED("conv1d_silu");
     return Q_OK;
 }

@@ -29,12 +29,15 @@ qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float
 
 /* x += r then rmsnorm, one block per vector: each thread adds, squares and scales exactly the
  * elements rmsnorm_kernel would give it, so the result is bitwise add_kernel then rmsnorm_kernel. */
-__global__ void add_rmsnorm_kernel(float *x, const float *__restrict__ r, const float *__restrict__ w, int dim,
-                                   float eps, float *__restrict__ y) {
+__global__ void add_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ r, const float *__restrict__ w,
+                                   int dim, float eps, float *__restrict__ y) {
     __shared__ float red[33];
-    float *xv = x + (int64_t)blockIdx.x * dim;
-    const float *rv = r + (int64_t)blockIdx.x * dim;
+    float *__restrict__ xv = x + (int64_t)blockIdx.x * dim;
+    const float *__restrict__ rv = r + (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
+    /* x, r, y never alias (the model's residual, block output and norm output), so the loads of later
+     * elements may go out before earlier stores: one latency per few elements, not one per element */
+#pragma unroll 8
     for (int i = threadIdx.x; i < dim; i += NORM_THREADS) {
         const float v = xv[i] + rv[i];
         xv[i] = v;
@@ -42,6 +45,7 @@ __global__ void add_rmsnorm_kernel(float *x, const float *__restrict__ r, const 
     }
     const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
     float *yv = y + (int64_t)blockIdx.x * dim;
+#pragma unroll 8
     for (int i = threadIdx.x; i < dim; i += NORM_THREADS) yv[i] = xv[i] * scale * w[i];
 }
 
