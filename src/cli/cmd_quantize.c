@@ -4,7 +4,11 @@
  * biases) when its input dim divides by the group; zero-centred norms stored as 1+w; conv1d as
  * [C, K, 1]; A_log in f32; everything else copied; config.json gains "quantization" and
  * "quantization_config"; tokenizer and template files are copied. Vision and mtp.* tensors are
- * dropped (mlx-lm drops them too). */
+ * dropped (mlx-lm drops them too).
+ * A DFlash drafter (config.json names the DFlashDraftModel architecture or has "dflash_config";
+ * reference/dflash.md 1.1) keeps its z-lab names (fc, hidden_norm, layers.*, norm): its Linear
+ * weights, fc included, are quantized the same way, and its norms, plain RMSNorm weights, are
+ * copied as they are (never 1+w). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,8 +35,12 @@ static int ends_with(const char *s, const char *suffix) {
     return n >= m && !strcmp(s + n - m, suffix);
 }
 
-/* MLX name for a text tensor, or 0 for a tensor to drop. */
-static int mlx_name(const char *in, char *out, size_t cap) {
+/* MLX name for a text tensor, or 0 for a tensor to drop. A drafter's names stay as they are. */
+static int mlx_name(const char *in, char *out, size_t cap, int drafter) {
+    if (drafter) {
+        snprintf(out, cap, "%s", in);
+        return strlen(in) < cap;
+    }
     static const struct { const char *from, *to; } maps[] = {
         {"language_model.", "language_model."}, {"model.language_model.", "language_model.model."},
         {"lm_head.", "language_model.lm_head."}, {"model.", "language_model.model."}};
@@ -47,8 +55,9 @@ static int mlx_name(const char *in, char *out, size_t cap) {
     return 0;
 }
 
-static int is_linear(const char *name, const st_tensor *t) {
+static int is_linear(const char *name, const st_tensor *t, int drafter) {
     if (t->n_dims != 2 || !ends_with(name, ".weight")) return 0;
+    if (drafter && !strcmp(name, "fc.weight")) return 1; /* the drafter's fusion of the target taps */
     for (size_t i = 0; i < sizeof linear_modules / sizeof linear_modules[0]; i++) {
         char pat[64];
         snprintf(pat, sizeof pat, "%s.weight", linear_modules[i]);
@@ -86,19 +95,19 @@ static void quantize_rows(void *ctx, int64_t r0, int64_t r1, int t) {
     }
 }
 
-static qstatus quantize_dir(const char *in, const char *out, int bits, int group, q_pool *pool) {
+static qstatus quantize_dir(const char *in, const char *out, int bits, int group, int drafter, q_pool *pool) {
     st_set *set = NULL;
     Q_TRY(st_open_dir(in, &set));
     st_shards *w = NULL;
     qstatus st = st_shards_create(out, (int64_t)4 << 30, &w);
     int plus_one = 0;
-    if (st == Q_OK) st = qwen35_norms_plus_one(set, in, &plus_one);
-    const int add_one = st == Q_OK && !plus_one;
+    if (st == Q_OK && !drafter) st = qwen35_norms_plus_one(set, in, &plus_one);
+    const int add_one = st == Q_OK && !plus_one && !drafter;
     int n_quant = 0;
     for (int i = 0; st == Q_OK && i < st_count(set); i++) {
         const st_tensor *t = st_at(set, i);
         char name[512];
-        if (!mlx_name(t->name, name, sizeof name)) continue;
+        if (!mlx_name(t->name, name, sizeof name, drafter)) continue;
         int64_t n = st_numel(t);
         float *f = malloc((size_t)(n ? n : 1) * sizeof *f);
         if (!f) { st = q_fail(Q_ENOMEM, "%s: out of memory", t->name); break; }
@@ -106,7 +115,7 @@ static qstatus quantize_dir(const char *in, const char *out, int bits, int group
         else st = q_fail(Q_EUNSUPPORTED, "%s: %s: input must be f32/f16/bf16 (got %s)", t->file, t->name,
                          st_dtype_name(t->dtype));
         if (st != Q_OK) { free(f); break; }
-        if (is_linear(name, t) && t->shape[1] % group == 0 && (t->shape[1] * bits) % 32 == 0 &&
+        if (is_linear(name, t, drafter) && t->shape[1] % group == 0 && (t->shape[1] * bits) % 32 == 0 &&
             t->shape[1] / group <= 1024) {
             int64_t rows = t->shape[0], cols = t->shape[1], ng = cols / group;
             qjob j = {f, cols, bits, group, malloc((size_t)(rows * cols * bits / 32) * 4),
@@ -157,12 +166,24 @@ static qstatus quantize_dir(const char *in, const char *out, int bits, int group
         st_shards_abort(w);
         return st;
     }
-    fprintf(stderr, "quantize: %d linear weights to %d bits, group %d%s\n", n_quant, bits, group,
-            add_one ? "; zero-centred norms stored as 1+w" : "");
+    fprintf(stderr, "quantize: %s%d linear weights to %d bits, group %d%s\n", drafter ? "DFlash drafter: " : "",
+            n_quant, bits, group, add_one ? "; zero-centred norms stored as 1+w" : "");
     return st_shards_finish(w);
 }
 
-static qstatus write_config(const char *in, const char *out, int bits, int group) {
+/* Whether config.json describes a DFlash drafter: "DFlashDraftModel" among "architectures", or a
+ * "dflash_config" object. */
+static int is_drafter(const json_t *cfg) {
+    if (json_is_object(json_object_get(cfg, "dflash_config"))) return 1;
+    json_t *arch = json_object_get(cfg, "architectures"), *a;
+    size_t i;
+    json_array_foreach(arch, i, a) {
+        if (json_is_string(a) && strstr(json_string_value(a), "DFlashDraftModel")) return 1;
+    }
+    return 0;
+}
+
+static qstatus write_config(const char *in, const char *out, int bits, int group, int *drafter) {
     char path[1200];
     Q_TRY(q_path_join(path, sizeof path, in, "config.json"));
     json_error_t err;
@@ -171,6 +192,7 @@ static qstatus write_config(const char *in, const char *out, int bits, int group
         json_decref(cfg);
         return q_fail(Q_EFORMAT, "%s: %s", path, err.text);
     }
+    *drafter = is_drafter(cfg);
     json_t *q = json_pack("{s:i, s:i, s:s}", "group_size", group, "bits", bits, "mode", "affine");
     json_object_set(cfg, "quantization", q);
     json_object_set_new(cfg, "quantization_config", q);
@@ -221,9 +243,10 @@ int cmd_quantize(int argc, char **argv) {
         return 1;
     }
     q_pool *pool = NULL;
+    int drafter = 0;
     qstatus st = q_pool_create(0, &pool);
-    if (st == Q_OK) st = write_config(in, out, (int)bits, (int)group);
-    if (st == Q_OK) st = quantize_dir(in, out, (int)bits, (int)group, pool);
+    if (st == Q_OK) st = write_config(in, out, (int)bits, (int)group, &drafter);
+    if (st == Q_OK) st = quantize_dir(in, out, (int)bits, (int)group, drafter, pool);
     const char *extra[] = {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "generation_config.json"};
     for (size_t i = 0; st == Q_OK && i < sizeof extra / sizeof extra[0]; i++) st = copy_file(in, out, extra[i]);
     q_pool_destroy(pool);

@@ -1,16 +1,29 @@
-/* cmd_run.c: `quill run [MODEL_DIR] --prompt-ids 1,2,3 -n 32`: generated ids on stdout (one line),
- * speed on stderr, optionally the last prompt position's logits as little-endian float32. */
+/* cmd_run.c: `quill run [MODEL_DIR] PROMPT [options]`: one greedy (or sampled) generation.
+ * PROMPT is --prompt-ids 1,2,3 (ids in, ids out on one line), or text through the model's own
+ * tokenizer: --prompt TEXT, --prompt-file PATH (the file's bytes), --chat TEXT (one user message
+ * rendered with the model's chat template), which print the completion as text (special tokens
+ * dropped), or its ids with --print-ids. Speed goes to stderr; --dump-logits writes the last prompt
+ * position's logits as little-endian float32. */
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
 #include "engine/generate.h"
+#include "tokenizer/chat.h"
+#include "tokenizer/tokenizer.h"
+#include "util/fileio.h"
 #include "util/log.h"
 
 static void run_usage(FILE *f) {
     fprintf(f,
-            "usage: quill run [MODEL_DIR] --prompt-ids ID,ID,... [options]\n"
+            "usage: quill run [MODEL_DIR] (--prompt TEXT | --prompt-file PATH | --chat TEXT | --prompt-ids ID,...)\n"
+            "  --prompt TEXT        text prompt, tokenized with the model's tokenizer; prints the completion text\n"
+            "  --prompt-file PATH   the same with a file's bytes\n"
+            "  --chat TEXT          one user message through the model's chat template; prints the reply text\n"
+            "  --prompt-ids IDS     comma-separated token ids; prints the generated ids\n"
+            "  --print-ids          print ids also for a text prompt\n"
             "  -n N                 tokens to generate (default 32)\n"
             "  --temperature T      0 = greedy (default 0)\n"
             "  --top-k K            keep the K most likely (0 = off)\n"
@@ -54,8 +67,48 @@ static int parse_ids(const char *s, int32_t **out, int *n_out) {
     return 0;
 }
 
+/* The prompt's ids from text (kind 't': as is, 'f': a file's bytes, 'c': one chat turn). Loads the
+ * tokenizer into *tok (kept for decoding). Prints the error and returns -1 on failure. */
+static int text_prompt(const char *dir, char kind, const char *arg, qtokenizer **tok, int32_t **ids, int *n) {
+    if (tok_load(dir, tok) != Q_OK) {
+        fprintf(stderr, "quill run: %s: %s\n", dir, q_lasterr());
+        *tok = NULL;
+        return -1;
+    }
+    size_t n_ids = 0, len = 0;
+    char *buf = NULL;
+    qstatus st;
+    if (kind == 'c') {
+        chat_template *t = NULL;
+        json_t *req = json_pack("{s:[{s:s, s:s}]}", "messages", "role", "user", "content", arg);
+        st = req ? chat_template_load_dir(dir, &t) : q_fail(Q_EINVAL, "--chat: the text is not valid UTF-8");
+        if (st == Q_OK) st = chat_prompt_ids(*tok, t, req, ids, &n_ids);
+        chat_template_free(t);
+        json_decref(req);
+    } else {
+        st = Q_OK;
+        len = strlen(arg);
+        if (kind == 'f') st = q_read_file(arg, &buf, &len);
+        if (st == Q_OK) st = tok_encode(*tok, kind == 'f' ? buf : arg, len, 1, ids, &n_ids);
+        free(buf);
+    }
+    if (st != Q_OK || n_ids == 0) {
+        if (st != Q_OK) fprintf(stderr, "quill run: prompt: %s\n", q_lasterr());
+        else fprintf(stderr, "quill run: the prompt has no tokens\n");
+        if (st == Q_OK) free(*ids);
+        *ids = NULL;
+        tok_free(*tok);
+        *tok = NULL;
+        return -1;
+    }
+    *n = (int)n_ids;
+    return 0;
+}
+
 int cmd_run(int argc, char **argv) {
-    const char *model_arg = NULL, *ids_arg = NULL, *dump = NULL, *backend = NULL;
+    const char *model_arg = NULL, *ids_arg = NULL, *dump = NULL, *backend = NULL, *text_arg = NULL;
+    char text_kind = 0;
+    int print_ids = 0;
     qgen_params gp = {.n_predict = 32, .prefill_chunk = 512, .sampling = qsampling_default()};
     long long threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -65,6 +118,7 @@ int cmd_run(int argc, char **argv) {
         double fv;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { run_usage(stdout); return 0; }
         else if (!strcmp(a, "--ignore-eos")) { gp.ignore_eos = 1; continue; }
+        else if (!strcmp(a, "--print-ids")) { print_ids = 1; continue; }
         else if (a[0] != '-') {
             if (model_arg) { fprintf(stderr, "quill run: unexpected argument '%s'\n", a); return 2; }
             model_arg = a;
@@ -73,6 +127,10 @@ int cmd_run(int argc, char **argv) {
         if (!v) { fprintf(stderr, "quill run: %s needs a value\n", a); return 2; }
         i++;
         if (!strcmp(a, "--prompt-ids")) ids_arg = v;
+        else if (!strcmp(a, "--prompt") || !strcmp(a, "--prompt-file") || !strcmp(a, "--chat")) {
+            text_arg = v;
+            text_kind = !strcmp(a, "--chat") ? 'c' : !strcmp(a, "--prompt-file") ? 'f' : 't';
+        }
         else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) {
             if (cli_parse_int(v, 0, 1 << 24, &iv)) goto bad;
             gp.n_predict = (int)iv;
@@ -105,20 +163,26 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "quill run: bad value for %s: '%s'\n", a, v);
         return 2;
     }
-    if (!ids_arg) { fprintf(stderr, "quill run: --prompt-ids is required\n"); run_usage(stderr); return 2; }
+    if (!ids_arg == !text_arg) {
+        fprintf(stderr, "quill run: give one prompt: --prompt, --prompt-file, --chat or --prompt-ids\n");
+        run_usage(stderr);
+        return 2;
+    }
     if (qsampling_check(&gp.sampling) != Q_OK) {
         fprintf(stderr, "quill run: %s\n", q_lasterr());
         return 2;
     }
     int32_t *prompt = NULL;
     int n_prompt = 0;
-    if (parse_ids(ids_arg, &prompt, &n_prompt)) {
+    if (ids_arg && parse_ids(ids_arg, &prompt, &n_prompt)) {
         fprintf(stderr, "quill run: --prompt-ids: expected comma-separated ids, got '%s'\n", ids_arg);
         return 2;
     }
 
     int rc = 1;
     const char *dir = cli_model_dir(model_arg);
+    qtokenizer *tok = NULL;
+    if (text_arg && text_prompt(dir, text_kind, text_arg, &tok, &prompt, &n_prompt)) return 1;
     qbackend *be = cli_backend_create(backend, (int)threads);
     qwen35_model *m = NULL;
     qwen35_state *st = NULL;
@@ -140,8 +204,20 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "quill run: %s\n", q_lasterr());
         goto done;
     }
-    for (int i = 0; i < res.n_tokens; i++) printf(i ? " %d" : "%d", out[i]);
-    printf("\n");
+    if (tok && !print_ids) {
+        char *text = NULL;
+        size_t nt = 0;
+        if (tok_decode(tok, out, (size_t)res.n_tokens, 1, &text, &nt) != Q_OK) {
+            fprintf(stderr, "quill run: decode: %s\n", q_lasterr());
+            goto done;
+        }
+        fwrite(text, 1, nt, stdout);
+        printf("\n");
+        free(text);
+    } else {
+        for (int i = 0; i < res.n_tokens; i++) printf(i ? " %d" : "%d", out[i]);
+        printf("\n");
+    }
     fflush(stdout);
     fprintf(stderr, "prefill: %d tokens in %.3f s (%.1f tokens/s); decode: %d tokens in %.3f s (%.1f tokens/s)%s\n",
             n_prompt, res.prefill_s, n_prompt / (res.prefill_s > 0 ? res.prefill_s : 1e-9),
@@ -163,6 +239,7 @@ done:
     if (st) qwen35_state_destroy(m, st);
     qwen35_close(m);
     if (be) be->ops->destroy(be);
+    tok_free(tok);
     free(prompt);
     free(out);
     free(last);
