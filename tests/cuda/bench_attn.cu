@@ -19,21 +19,7 @@
 
 #include "../../src/backend/cuda/cuda_attention.cu"
 
-#define CK(x)                                                                                          \
-    do {                                                                                               \
-        cudaError_t e_ = (x);                                                                          \
-        if (e_ != cudaSuccess) {                                                                       \
-            fprintf(stderr, "FATAL %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);         \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-#define OK(x)                                                                                          \
-    do {                                                                                               \
-        if ((x) != Q_OK) {                                                                             \
-            fprintf(stderr, "FATAL %s: %s (line %d)\n", #x, q_lasterr(), __LINE__);                    \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "bench_check.h"
 
 /* cuda_attention.cu's decode path needs these two; the bench never runs it. */
 qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev) {

@@ -12,21 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
 
-#define CK(x)                                                                                         \
-    do {                                                                                              \
-        cudaError_t e_ = (x);                                                                         \
-        if (e_ != cudaSuccess) {                                                                      \
-            fprintf(stderr, "FATAL %s: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            exit(1);                                                                                  \
-        }                                                                                             \
-    } while (0)
-#define OK(x)                                                                  \
-    do {                                                                       \
-        if ((x) != Q_OK) {                                                     \
-            fprintf(stderr, "FATAL %s: %s (line %d)\n", #x, q_lasterr(), __LINE__); \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
+#include "bench_check.h"
 
 __device__ float uhash(uint64_t i, uint32_t seed) { /* uniform in [0, 1) */
     uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;

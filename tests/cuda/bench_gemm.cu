@@ -25,21 +25,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_device.h"
 
-#define CK(x)                                                                                          \
-    do {                                                                                               \
-        cudaError_t e_ = (x);                                                                          \
-        if (e_ != cudaSuccess) {                                                                       \
-            fprintf(stderr, "FATAL %s: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__);         \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
-#define OK(x)                                                                                          \
-    do {                                                                                               \
-        if ((x) != Q_OK) {                                                                             \
-            fprintf(stderr, "FATAL %s: %s (line %d)\n", #x, q_lasterr(), __LINE__);                    \
-            exit(1);                                                                                   \
-        }                                                                                              \
-    } while (0)
+#include "bench_check.h"
 
 #define MMAX 4096
 #define MBIG 16384

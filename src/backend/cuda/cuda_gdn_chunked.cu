@@ -236,6 +236,28 @@ static size_t scan_smem(int dk) {
     return ((size_t)dk * GCT + 2 * (size_t)GC * GCT + 3 * (size_t)GC * (dk + 4) + (size_t)GC * AST) * sizeof(float);
 }
 
+/* acc[i][c] += sum over k = 0, 4, 8, ... < K (then k + 0..3 in order) of A[r_i][k] * B[k][cx + c], for the two
+ * rows r0, r1 of this thread and its 4 columns: the scan's three products (W.S, Qg.S, P.V'), one fixed
+ * fma order each. */
+__device__ __forceinline__ void rows2_times_tile(float (&acc)[2][4], const float *A, int as, int r0, int r1,
+                                                 const float *B, int bs, int cx, int K) {
+#pragma unroll 4
+    for (int k = 0; k < K; k += 4) {
+        const float4 a0 = *(const float4 *)&A[r0 * as + k], a1 = *(const float4 *)&A[r1 * as + k];
+        const float xa[4] = {a0.x, a0.y, a0.z, a0.w}, xb[4] = {a1.x, a1.y, a1.z, a1.w};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const float4 b4 = *(const float4 *)&B[(k + u) * bs + cx];
+            const float bv[4] = {b4.x, b4.y, b4.z, b4.w};
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                acc[0][c] = fmaf(xa[u], bv[c], acc[0][c]);
+                acc[1][c] = fmaf(xb[u], bv[c], acc[1][c]);
+            }
+        }
+    }
+}
+
 __global__ void __launch_bounds__(GTHREADS, 1)
 gdn_scan_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict__ slots, qgdn_dims d,
                 const float *__restrict__ scratch, float *__restrict__ out) {
@@ -293,20 +315,7 @@ gdn_scan_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict__ s
         /* X = W S; V' = U - X */
         {
             float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-            for (int k = 0; k < dk; k += 4) {
-                const float4 w0 = *(const float4 *)&Wb[r0 * WS + k], w1 = *(const float4 *)&Wb[r1 * WS + k];
-                const float wa[4] = {w0.x, w0.y, w0.z, w0.w}, wb[4] = {w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const float4 s4 = *(const float4 *)&Ss[(k + u) * GCT + cx];
-                    const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
-#pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        acc[0][c] = fmaf(wa[u], sv[c], acc[0][c]);
-                        acc[1][c] = fmaf(wb[u], sv[c], acc[1][c]);
-                    }
-                }
-            }
+            rows2_times_tile(acc, Wb, WS, r0, r1, Ss, GCT, cx, dk);
             const float4 u0 = *(const float4 *)&Ub[r0 * GCT + cx], u1 = *(const float4 *)&Ub[r1 * GCT + cx];
             *(float4 *)&Vs[r0 * GCT + cx] = make_float4(u0.x - acc[0][0], u0.y - acc[0][1], u0.z - acc[0][2], u0.w - acc[0][3]);
             *(float4 *)&Vs[r1 * GCT + cx] = make_float4(u1.x - acc[1][0], u1.y - acc[1][1], u1.z - acc[1][2], u1.w - acc[1][3]);
@@ -319,35 +328,8 @@ gdn_scan_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict__ s
         /* O = Qg S + P V' */
         {
             float acc[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-            for (int k = 0; k < dk; k += 4) {
-                const float4 w0 = *(const float4 *)&Qb[r0 * WS + k], w1 = *(const float4 *)&Qb[r1 * WS + k];
-                const float wa[4] = {w0.x, w0.y, w0.z, w0.w}, wb[4] = {w1.x, w1.y, w1.z, w1.w};
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const float4 s4 = *(const float4 *)&Ss[(k + u) * GCT + cx];
-                    const float sv[4] = {s4.x, s4.y, s4.z, s4.w};
-#pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        acc[0][c] = fmaf(wa[u], sv[c], acc[0][c]);
-                        acc[1][c] = fmaf(wb[u], sv[c], acc[1][c]);
-                    }
-                }
-            }
-#pragma unroll 4
-            for (int j = 0; j < GC; j += 4) {
-                const float4 p0 = *(const float4 *)&Pb[r0 * AST + j], p1 = *(const float4 *)&Pb[r1 * AST + j];
-                const float pa[4] = {p0.x, p0.y, p0.z, p0.w}, pb[4] = {p1.x, p1.y, p1.z, p1.w};
-#pragma unroll
-                for (int u = 0; u < 4; u++) {
-                    const float4 v4 = *(const float4 *)&Vs[(j + u) * GCT + cx];
-                    const float vv[4] = {v4.x, v4.y, v4.z, v4.w};
-#pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        acc[0][c] = fmaf(pa[u], vv[c], acc[0][c]);
-                        acc[1][c] = fmaf(pb[u], vv[c], acc[1][c]);
-                    }
-                }
-            }
+            rows2_times_tile(acc, Qb, WS, r0, r1, Ss, GCT, cx, dk);
+            rows2_times_tile(acc, Pb, AST, r0, r1, Vs, GCT, cx, GC);
 #pragma unroll
             for (int rr = 0; rr < 2; rr++) {
                 const int i = rr ? r1 : r0;
