@@ -307,6 +307,44 @@ static void test_norms_and_elementwise(void) {
     rm(x); rm(w); rm(y); rm(z);
 }
 
+/* add_rmsnorm is bitwise add then rmsnorm on the GPU (and close to the CPU); argmax picks the CPU's
+ * index, ties (first wins) and NaNs (never win; NaN first gives 0) included. */
+static void test_add_rmsnorm_argmax(void) {
+    const int nv = 7, dim = 4096, V = 50000;
+    buf x = mk_rand((size_t)nv * dim, 2.0f), r = mk_rand((size_t)nv * dim, 1.0f), w = mk_rand(dim, 1.0f);
+    buf x2 = mk((size_t)nv * dim * 4, NULL), y = mk((size_t)nv * dim * 4, NULL), y2 = mk((size_t)nv * dim * 4, NULL);
+    OK(gpu->ops->copy(gpu, x2.g, x.g, x.bytes));
+    OK(cpu->ops->add_rmsnorm(cpu, x.c, r.c, w.c, nv, dim, 1e-6f, y.c));
+    OK(gpu->ops->add_rmsnorm(gpu, x.g, r.g, w.g, nv, dim, 1e-6f, y.g));
+    expect_close("add_rmsnorm (residual)", x, 1e-6);
+    expect_close("add_rmsnorm (norm)", y, 1e-5);
+    OK(gpu->ops->add(gpu, x2.g, r.g, (int64_t)nv * dim));
+    OK(gpu->ops->rmsnorm(gpu, x2.g, dim, w.g, nv, dim, 1e-6f, y2.g, dim));
+    float *a = malloc(y.bytes), *b = malloc(y.bytes);
+    OK(gpu->ops->download(gpu, a, y.g, y.bytes));
+    OK(gpu->ops->download(gpu, b, y2.g, y.bytes));
+    expect_same("add_rmsnorm == add + rmsnorm (gpu)", a, b, y.bytes);
+    free(a); free(b);
+
+    const int rows = 5;
+    float *l = malloc((size_t)rows * V * sizeof *l);
+    for (size_t i = 0; i < (size_t)rows * V; i++) l[i] = frand();
+    l[0 * V + 777] = 5.0f; l[0 * V + 40000] = 5.0f;     /* a tie: the first wins */
+    l[1 * V + 0] = NAN;                                  /* NaN first: 0 */
+    for (int i = 0; i < V; i += 3) l[2 * V + i] = NAN;   /* NaNs never win */
+    l[3 * V + V - 1] = 9.0f;                             /* the last element */
+    for (int i = 0; i < V; i++) l[4 * V + i] = -INFINITY; /* all equal: 0 */
+    buf lg = mk((size_t)rows * V * sizeof *l, l), ic = mk(rows * 4, NULL);
+    OK(cpu->ops->argmax(cpu, lg.c, rows, V, ic.c));
+    OK(gpu->ops->argmax(gpu, lg.g, rows, V, ic.g));
+    int32_t want[5], got[5];
+    OK(cpu->ops->download(cpu, want, ic.c, sizeof want));
+    OK(gpu->ops->download(gpu, got, ic.g, sizeof got));
+    expect_same("argmax (ties, NaN, -inf)", want, got, sizeof want);
+    free(l);
+    rm(x); rm(r); rm(w); rm(x2); rm(y); rm(y2); rm(lg); rm(ic);
+}
+
 static void test_attention(void) {
     const int nq = 8, nkv = 2, D = 256, rot = 64, ctx = 300;
     /* two seqs: A prefill rows at 0..99, B rows at 180..185 (after a prefix we write first) */
@@ -590,6 +628,7 @@ int main(void) {
     test_matmul_decode();
     test_matmul_prefill_gemm();
     test_norms_and_elementwise();
+    test_add_rmsnorm_argmax();
     test_attention();
     test_flash_prefill();
     test_gdn();
