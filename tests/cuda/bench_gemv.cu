@@ -1,11 +1,11 @@
-/* bench_gemv.cu: the decode matmul (cuda_gemv.cuh's tensor-core kernel, v1 gemv_tc_kernel and v2
- * gemv_tc2_kernel) against the old SIMT gemv_kernel, on the GPU: checks and timings. Built and run by tests/cuda/bench_gemv.sh (nvcc, cudart
+/* bench_gemv.cu: the decode matmul (cuda_gemv.cuh's tensor-core gemv_tc_kernel) against the old SIMT
+ * gemv_kernel, on the GPU: checks and timings. Built and run by tests/cuda/bench_gemv.sh (nvcc, cudart
  * only). For shapes (n_out x K) 4096x4096, 12288x4096, 4096x12288, 248320x4096 and bf16 / MLX 4-bit g64
  * weights (random, made on the device):
- *   check (v1 and v2): n = 64 rows, outputs poisoned (NaN) first, every output written and finite;
+ *   check: n = 64 rows, outputs poisoned (NaN) first, every output written and finite;
  *     relative error max|y - ref| / max|ref| against an f64 CPU reference on 256 sampled outputs (old
  *     kernel too); EXACT(batch): a row's outputs bitwise equal alone (n = 1), at row 37 of 64, at row 37
- *     of 64 other random rows, and at row 3 of 13; v2's outputs bitwise equal to v1's (same arithmetic);
+ *     of 64 other random rows, and at row 3 of 13;
  *   time: n = 1, 16, 64; CUDA events around each launch, median of the runs, rotating weight
  *     copies so that L2 (60 MB) does not keep them; GB/s of weight bytes (codes + scales + biases) and %
  *     of 4.3 TB/s.
@@ -137,10 +137,10 @@ struct scratch {
     unsigned *tick;
 };
 
-static void run_tc(int ver, const qweight &W, const float *x, int n, float *y, const scratch &sc) {
+static void run_tc(const qweight &W, const float *x, int n, float *y, const scratch &sc) {
     const int kind = gemv_tc_kind(&W);
     if (kind < 0) { fprintf(stderr, "weight not taken by the tensor-core kernel\n"); exit(2); }
-    CK(gemv_tc_launch(ver, kind, x, n, &W, y, sc.part, sc.tick, 0));
+    CK(gemv_tc_launch(kind, x, n, &W, y, sc.part, sc.tick, 0));
 }
 static void run_old(const qweight &W, const float *x, int n, float *y) {
     dim3 grid((unsigned)((W.n_out + GV_WARPS - 1) / GV_WARPS), (unsigned)((n + GV_ROWS - 1) / GV_ROWS));
@@ -213,8 +213,8 @@ int main(void) {
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
 
-    printf("%-13s %-6s %3s %3s | %8s %8s %8s | %8s %7s | %6s\n", "shape", "fmt", "n", "S", "old us", "v1 us", "v2 us",
-           "v2 GB/s", "of 4.3T", "v1/v2");
+    printf("%-13s %-6s %3s %3s | %8s %8s | %8s %7s | %6s\n", "shape", "fmt", "n", "S", "old us", "new us", "new GB/s",
+           "of 4.3T", "old/new");
     std::vector<std::string> check_lines;
     const int fmts[3] = {0, 64, 128};
     for (int si = 0; si < 4; si++) {
@@ -240,43 +240,39 @@ int main(void) {
             CK(cudaMemcpy(dx1, xk.data() + 37 * K, (size_t)K * 4, cudaMemcpyHostToDevice));
             CK(cudaMemcpy(dx13, x13.data(), x13.size() * 4, cudaMemcpyHostToDevice));
 
-            /* checks: v1 and v2 against the f64 reference; EXACT(batch) of each; v2 bitwise equal to v1 */
+            /* checks: both kernels against the f64 reference; EXACT(batch) of the tensor-core kernel */
             const size_t ybytes = (size_t)(NMAX * N) * 4;
-            double err[3];
-            int64_t unw[3];
-            std::vector<float> yv[3];
-            for (int k = 0; k < 3; k++) { /* 0: old SIMT, 1: v1, 2: v2 */
+            double err[2];
+            int64_t unw[2];
+            std::vector<float> yv[2];
+            for (int k = 0; k < 2; k++) { /* 0: old SIMT, 1: tensor cores */
                 CK(cudaMemset(dy, 0xff, ybytes)); /* NaN */
-                if (k) run_tc(k, W, dx, NMAX, dy, sc);
+                if (k) run_tc(W, dx, NMAX, dy, sc);
                 else run_old(W, dx, NMAX, dy);
                 CK(cudaDeviceSynchronize());
                 err[k] = rel_err(W, xk, NMAX, dy, &unw[k]);
                 yv[k].resize((size_t)(NMAX * N));
                 CK(cudaMemcpy(yv[k].data(), dy, ybytes, cudaMemcpyDeviceToHost));
             }
-            int exact[3] = {1, 1, 1};
+            int exact = 1;
             std::vector<float> b((size_t)N);
-            for (int k = 1; k < 3; k++) {
-                const float *a = yv[k].data() + 37 * N;
-                const float *xs[3] = {dx1, dx2, dx13};
-                const int nn[3] = {1, NMAX, 13}, at[3] = {0, 37, 3};
-                for (int q = 0; q < 3; q++) {
-                    CK(cudaMemset(dy2, 0xff, ybytes));
-                    run_tc(k, W, xs[q], nn[q], dy2, sc);
-                    CK(cudaMemcpy(b.data(), dy2 + (size_t)at[q] * N, (size_t)N * 4, cudaMemcpyDeviceToHost));
-                    exact[k] &= memcmp(a, b.data(), (size_t)N * 4) == 0;
-                }
+            const float *a = yv[1].data() + 37 * N;
+            const float *xs[3] = {dx1, dx2, dx13};
+            const int nn[3] = {1, NMAX, 13}, at[3] = {0, 37, 3};
+            for (int q = 0; q < 3; q++) {
+                CK(cudaMemset(dy2, 0xff, ybytes));
+                run_tc(W, xs[q], nn[q], dy2, sc);
+                CK(cudaMemcpy(b.data(), dy2 + (size_t)at[q] * N, (size_t)N * 4, cudaMemcpyDeviceToHost));
+                exact &= memcmp(a, b.data(), (size_t)N * 4) == 0;
             }
-            const int same = memcmp(yv[1].data(), yv[2].data(), ybytes) == 0;
             CK(cudaDeviceSynchronize());
-            const int ok1 = err[1] < 2e-5 && unw[1] == 0 && exact[1], ok2 = err[2] < 2e-5 && unw[2] == 0 && exact[2] && same;
-            n_fail += !ok1 + !ok2;
+            const int ok = err[1] < 2e-5 && unw[1] == 0 && exact;
+            n_fail += !ok;
             char line[320];
             snprintf(line, sizeof line,
-                     "check %6lldx%-6lld %-6s S=%-2d rel err v2 %.2e v1 %.2e old %.2e | unwritten %lld/%lld | EXACT v2 %s v1 %s | v2==v1 %s | %s",
-                     (long long)N, (long long)K, group ? (group == 64 ? "q4g64" : "q4g128") : "bf16", S, err[2], err[1], err[0],
-                     (long long)unw[2], (long long)unw[1], exact[2] ? "ok" : "DIFFERS", exact[1] ? "ok" : "DIFFERS",
-                     same ? "bitwise" : "DIFFERS", ok1 && ok2 ? "ok" : "FAIL");
+                     "check %6lldx%-6lld %-6s S=%-2d rel err new %.2e old %.2e | unwritten %lld | EXACT(batch) %s | %s",
+                     (long long)N, (long long)K, group ? (group == 64 ? "q4g64" : "q4g128") : "bf16", S, err[1], err[0],
+                     (long long)unw[1], exact ? "bitwise" : "DIFFERS", ok ? "ok" : "FAIL");
             check_lines.push_back(line);
 
             /* timings (4-bit g128 is only checked) */
@@ -284,14 +280,14 @@ int main(void) {
                 const double wbytes = (double)ws.w_bytes + 2.0 * ws.sb_bytes;
                 for (int ni = 0; ni < 3; ni++) {
                     const int n = ns[ni];
-                    float us[3];
-                    for (int which = 0; which < 3; which++) {
+                    float us[2];
+                    for (int which = 0; which < 2; which++) {
                         const int iters = N > 100000 ? 15 : 40;
                         std::vector<float> t;
                         for (int it = -3; it < iters; it++) {
                             const qweight &Wc = ws.W[(it + 3) % ws.copies];
                             CK(cudaEventRecord(e0));
-                            if (which) run_tc(which, Wc, dx, n, dy, sc);
+                            if (which) run_tc(Wc, dx, n, dy, sc);
                             else run_old(Wc, dx, n, dy);
                             CK(cudaEventRecord(e1));
                             CK(cudaEventSynchronize(e1));
@@ -301,11 +297,11 @@ int main(void) {
                         }
                         us[which] = median_us(t);
                     }
-                    const double gbs = wbytes / (us[2] * 1e-6) / 1e9;
+                    const double gbs = wbytes / (us[1] * 1e-6) / 1e9;
                     char shp[32];
                     snprintf(shp, sizeof shp, "%lldx%lld", (long long)N, (long long)K);
-                    printf("%-13s %-6s %3d %3d | %8.1f %8.1f %8.1f | %8.0f %6.1f%% | %5.2fx\n", shp, group ? "q4g64" : "bf16", n,
-                           S, us[0], us[1], us[2], gbs, 100.0 * gbs / 4300.0, us[1] / us[2]);
+                    printf("%-13s %-6s %3d %3d | %8.1f %8.1f | %8.0f %6.1f%% | %5.2fx\n", shp, group ? "q4g64" : "bf16", n, S,
+                           us[0], us[1], gbs, 100.0 * gbs / 4300.0, us[0] / us[1]);
                 }
             }
             free_weight(ws);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/cuda/bench_gemv.sh: builds tests/cuda/bench_gemv.cu with nvcc (cudart only) and runs it on the
 # GPU: checks (f64 reference, poisoned outputs, EXACT(batch) bitwise) and timings of the decode matmul
-# (tensor-core kernel v1 and v2 vs the old SIMT gemv). Prints one table (< 80 lines); exit 0 when every check passes.
+# (the tensor-core kernel vs the old SIMT gemv). Prints one table (< 80 lines); exit 0 when every check passes.
 set -eu
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}

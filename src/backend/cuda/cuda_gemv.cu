@@ -11,10 +11,6 @@
 
 #include "cuda_gemv.cuh"
 
-/* Which schedule of the tensor-core kernel cuda_matmul runs: 1 = gemv_tc_kernel, 2 = gemv_tc2_kernel
- * (deep register ring; the same arithmetic, bitwise equal results; tests/cuda/bench_gemv.sh compares). */
-#define GT_VERSION 1
-
 /* Generic decode kernel: one block of MM_THREADS per (output o, group of MM_ROWS rows). Thread t sums
  * inputs i = t, t + MM_THREADS, ... for each of its rows, then one fixed-order block reduction per row.
  * EXACT(batch): a row's sum depends only on MM_THREADS (fixed). */
@@ -139,7 +135,7 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
         float *part = NULL;
         unsigned *tick = NULL;
         Q_TRY(cu_gemv_scratch(be, W, n, &part, &tick));
-        CU_TRY(gemv_tc_launch(GT_VERSION, kind, x, n, W, y, part, tick, cu_stream(be)), "matmul (tensor-core gemv)");
+        CU_TRY(gemv_tc_launch(kind, x, n, W, y, part, tick, cu_stream(be)), "matmul (tensor-core gemv)");
         return Q_OK;
     }
     if (ch) {

@@ -139,7 +139,7 @@ __device__ __forceinline__ void gt_xput(int items, int i, const float (&v)[gt_cf
     }
 }
 
-/* v1: stages x rows [row0, row0 + rows_used) for units [u0, u0 + GT_UPC) in one go. */
+/* Stages x rows [row0, row0 + rows_used) for units [u0, u0 + GT_UPC) in one go. */
 template <int Q>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int64_t K, int row0, int rows_used,
                                          int64_t u0, int64_t u_end, uint4 *sx, float *sX) {
@@ -177,7 +177,7 @@ __device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const
     }
 }
 
-/* v1: issues the loads of a warp's weights for units [u0, u0 + nu). */
+/* Issues the loads of a warp's weights for units [u0, u0 + nu). */
 template <int Q>
 __device__ __forceinline__ void gt_load(gt_wbuf<Q> &b, const qweight &W, int64_t og, bool vg, bool vg8,
                                         int64_t u0, int nu, int t) {
@@ -215,7 +215,7 @@ __device__ __forceinline__ void gt_load(gt_wbuf<Q> &b, const qweight &W, int64_t
     }
 }
 
-/* THE arithmetic of one unit (both versions): its MMAs over nt row tiles into acc[tile][c]. sx/sX: the
+/* THE arithmetic of one unit: its MMAs over nt row tiles into acc[tile][c]. sx/sX: the
  * staged chunk (UPC units), u: the unit's place in it; s0, s1, b0, b1: 4-bit scale and bias of rows
  * g, g+8. */
 template <int Q, int UPC>
@@ -262,7 +262,7 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
     }
 }
 
-/* v1: MMAs of one chunk (nu units, nt row tiles) into acc[tile][c]. */
+/* MMAs of one chunk (nu units, nt row tiles) into acc[tile][c]. */
 template <int Q>
 __device__ __forceinline__ void gt_compute(const gt_wbuf<Q> &b, const uint4 *sx, const float *sX, int nu, int nt,
                                            float (&acc)[4][4], int lane) {
@@ -281,7 +281,7 @@ __device__ __forceinline__ void gt_compute(const gt_wbuf<Q> &b, const uint4 *sx,
     }
 }
 
-/* Both versions: writes acc (the slice's sums) and, with S > 1, the last block of (output block, row
+/* Writes acc (the slice's sums) and, with S > 1, the last block of (output block, row
  * chunk) to arrive sums the S partials in the order s = 0..S-1 and resets the ticket. */
 __device__ __forceinline__ void gt_finish(const float (&acc)[4][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
@@ -366,181 +366,6 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     gt_finish(acc, n, W, y, part, tick, S, s, row0, nt, ob, og, wact, t, &last);
 }
 
-/* ---- v2: the same arithmetic (gt_unit, the same split, the same fold order: results bitwise equal to
- * v1), scheduled for memory-level parallelism:
- * - each warp keeps a ring of GT2_D units of weights in registers (and the raw bits of their scales and
- *   biases: nothing loaded is converted before its use, so no instruction waits on a load that was
- *   just issued), refilling a slot as soon as its unit is computed: about GT2_D - 1 units per warp stay
- *   in flight across chunks and barriers;
- * - x is staged per chunk of GT2_XU units (double buffered, one barrier per chunk) from a raw copy
- *   that cp.async brought into shared memory one chunk ahead, so the x loads' latency hides behind a
- *   chunk of MMAs instead of stalling every warp before each chunk. */
-#ifndef GT2_XU
-#define GT2_XU 4 /* units per x chunk */
-#endif
-template <int Q> struct gt2_cfg {
-    static constexpr int XU = GT2_XU, D = 2 * GT2_XU; /* ring slots: two chunks */
-    static constexpr int PF = (GT_RC * XU * 4 + GT_THREADS - 1) / GT_THREADS; /* staging items per thread */
-    static constexpr int SX_U4 = XU * gt_cfg<Q>::KSU * GT_RC * 4;
-    static constexpr int XS_F4 = PF * GT_THREADS * gt_cfg<Q>::EPT / 4; /* raw x, a chunk ahead */
-    static constexpr size_t SMEM = 2 * ((size_t)SX_U4 * 16 + GT_RC * XU * 4) + (size_t)XS_F4 * 16; /* sx, sX, xs */
-};
-
-template <int SB> __device__ __forceinline__ uint32_t gt2_sbraw(const void *p, int64_t i) {
-    if constexpr (SB == QW_F32) return __ldg((const unsigned *)p + i);
-    else return (uint32_t)__ldg((const unsigned short *)p + i);
-}
-template <int SB> __device__ __forceinline__ float gt2_sbf(uint32_t raw) {
-    if constexpr (SB == QW_BF16) return __uint_as_float(raw << 16);
-    else if constexpr (SB == QW_F16) return __half2float(__ushort_as_half((unsigned short)raw));
-    else return __uint_as_float(raw);
-}
-
-/* Fills a ring slot with unit `unit`: weight words, and (lane mine only) raw scale/bias bits
- * {scale g, scale g+8, bias g, bias g+8}. */
-template <int Q, int SB>
-__device__ __forceinline__ void gt2_fill(uint32_t (&w)[2][gt_cfg<Q>::WPU], uint32_t (&sr)[4], const qweight &W,
-                                         const unsigned char *r0, int64_t row_bytes, int64_t og, bool vg, bool vg8,
-                                         int64_t unit, int t, bool mine) {
-    gt_wload<Q>(w, r0, row_bytes, vg, vg8, unit, t);
-    if constexpr (Q != 0) {
-        if (mine) {
-            const int64_t gpr = W.n_in / Q, gi = og * gpr + unit * 64 / Q;
-            if (vg) sr[0] = gt2_sbraw<SB>(W.scales, gi), sr[2] = gt2_sbraw<SB>(W.biases, gi);
-            if (vg8) sr[1] = gt2_sbraw<SB>(W.scales, gi + 8 * gpr), sr[3] = gt2_sbraw<SB>(W.biases, gi + 8 * gpr);
-        }
-    }
-}
-
-/* x a chunk ahead, without registers: each thread copies its own staging items (PF per thread, enough
- * for GT_RC rows) into its own slot of xs with cp.async, and reads them back itself (no barrier). */
-__device__ __forceinline__ void gt2_cp16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
-}
-template <int Q>
-__device__ __forceinline__ void gt2_xload(const float *__restrict__ x, int n, int64_t K, int row0, int items, int64_t u0,
-                                          int64_t u_end, float4 *xs) {
-    typedef gt_cfg<Q> C;
-#pragma unroll
-    for (int p = 0; p < gt2_cfg<Q>::PF; p++) {
-        const int i = p * GT_THREADS + (int)threadIdx.x;
-        const int t = i & 3, u = (i >> 2) % GT2_XU, r = (i >> 2) / GT2_XU;
-        if (i < items && row0 + r < n && u0 + u < u_end) {
-            const float4 *src = (const float4 *)(x + (int64_t)(row0 + r) * K + (u0 + u) * C::UK + t * C::EPT);
-#pragma unroll
-            for (int q = 0; q < C::EPT / 4; q++) gt2_cp16(xs + i * (C::EPT / 4) + q, src + q);
-        }
-    }
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-template <int Q>
-__device__ __forceinline__ void gt2_xstore(int n, int row0, int items, int64_t u0, int64_t u_end, const float4 *xs,
-                                           uint4 *sx, float *sX) {
-    typedef gt_cfg<Q> C;
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-#pragma unroll
-    for (int p = 0; p < gt2_cfg<Q>::PF; p++) {
-        if (p * GT_THREADS >= items) break; /* uniform */
-        const int i = p * GT_THREADS + (int)threadIdx.x;
-        const int u = (i >> 2) % GT2_XU, r = (i >> 2) / GT2_XU;
-        float v[C::EPT];
-        if (i < items && row0 + r < n && u0 + u < u_end) {
-#pragma unroll
-            for (int q = 0; q < C::EPT / 4; q++) {
-                const float4 f = xs[i * (C::EPT / 4) + q];
-                v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
-            }
-        } else {
-#pragma unroll
-            for (int e = 0; e < C::EPT; e++) v[e] = 0.0f;
-        }
-        gt_xput<Q, GT2_XU>(items, i, v, sx, sX);
-    }
-}
-
-template <int Q, int SB>
-__global__ void __launch_bounds__(GT_THREADS, 2)
-    gemv_tc2_kernel(const float *__restrict__ x, int n, qweight W, float *__restrict__ y, float *__restrict__ part,
-                    unsigned *__restrict__ tick, int S) {
-    typedef gt_cfg<Q> C;
-    typedef gt2_cfg<Q> C2;
-    constexpr int XU = C2::XU, D = C2::D;
-    extern __shared__ uint4 gt_smem[];
-    uint4 *sxb[2] = {gt_smem, gt_smem + C2::SX_U4};
-    float *sXb[2] = {(float *)(gt_smem + 2 * C2::SX_U4), (float *)(gt_smem + 2 * C2::SX_U4) + GT_RC * XU};
-    float4 *xs = (float4 *)(sXb[0] + 2 * GT_RC * XU);
-    __shared__ int last;
-
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int n_rc = (n + GT_RC - 1) / GT_RC;
-    const int rc = blockIdx.x % n_rc, ob = blockIdx.x / n_rc, s = blockIdx.y;
-    const int row0 = rc * GT_RC;
-    const int nt = min(4, (n - row0 + 7) / 8), items = nt * 8 * XU * 4;
-    const int64_t K = W.n_in, U = K / C::UK;
-    const int64_t u_begin = s * U / S, u_end = (s + 1) * U / S, nunits = u_end - u_begin;
-    const int nc = (int)((nunits + XU - 1) / XU);
-    const int64_t o0 = (int64_t)ob * GT_OUT + warp * 16, og = o0 + g;
-    const bool vg = og < W.n_out, vg8 = og + 8 < W.n_out, wact = o0 < W.n_out;
-    const int64_t row_bytes = Q ? K / 2 : K * 2;
-    const unsigned char *r0 = (const unsigned char *)W.w + (vg ? og : 0) * row_bytes;
-
-    float acc[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; i++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[i][c] = 0.0f;
-    uint32_t rw[D][2][C::WPU], rs[(D + 3) / 4][4];
-#pragma unroll
-    for (int d = 0; d < D; d++)
-#pragma unroll
-        for (int p = 0; p < C::WPU; p++) rw[d][0][p] = rw[d][1][p] = 0u;
-#pragma unroll
-    for (int q = 0; q < (D + 3) / 4; q++) rs[q][0] = rs[q][1] = rs[q][2] = rs[q][3] = 0u;
-
-    /* the ring's first D units go out first, then chunk 0 of x is staged and chunk 1 loaded */
-    if (wact) {
-#pragma unroll
-        for (int d = 0; d < D; d++)
-            if (d < nunits) gt2_fill<Q, SB>(rw[d], rs[d >> 2], W, r0, row_bytes, og, vg, vg8, u_begin + d, t, t == (d & 3));
-    }
-    gt2_xload<Q>(x, n, K, row0, items, u_begin, u_end, xs);
-    gt2_xstore<Q>(n, row0, items, u_begin, u_end, xs, sxb[0], sXb[0]);
-    if (nc > 1) gt2_xload<Q>(x, n, K, row0, items, u_begin + XU, u_end, xs);
-    __syncthreads();
-    for (int c = 0; c < nc; c += 2) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) { /* chunk c + h: ring slots h*XU.., x buffer h */
-            const int cc = c + h;
-            if (cc >= nc) break; /* uniform */
-            if (wact) {
-#pragma unroll
-                for (int u = 0; u < XU; u++) {
-                    const int64_t lu = (int64_t)cc * XU + u;
-                    if (lu >= nunits) break; /* uniform */
-                    const int d = h * XU + u;
-                    float s0 = 0.0f, s1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
-                    if constexpr (Q != 0) {
-                        const int src = (lane & ~3) + (d & 3);
-                        s0 = gt2_sbf<SB>(__shfl_sync(0xffffffffu, rs[d >> 2][0], src));
-                        s1 = gt2_sbf<SB>(__shfl_sync(0xffffffffu, rs[d >> 2][1], src));
-                        b0 = gt2_sbf<SB>(__shfl_sync(0xffffffffu, rs[d >> 2][2], src));
-                        b1 = gt2_sbf<SB>(__shfl_sync(0xffffffffu, rs[d >> 2][3], src));
-                    }
-                    gt_unit<Q, XU>(rw[d], s0, s1, b0, b1, sxb[h], sXb[h], u, nt, acc, lane);
-                    if (lu + D < nunits)
-                        gt2_fill<Q, SB>(rw[d], rs[d >> 2], W, r0, row_bytes, og, vg, vg8, u_begin + lu + D, t, t == (d & 3));
-                }
-            }
-            if (cc + 1 < nc) {
-                gt2_xstore<Q>(n, row0, items, u_begin + (int64_t)(cc + 1) * XU, u_end, xs, sxb[h ^ 1], sXb[h ^ 1]);
-                if (cc + 2 < nc) gt2_xload<Q>(x, n, K, row0, items, u_begin + (int64_t)(cc + 2) * XU, u_end, xs);
-            }
-            __syncthreads();
-        }
-    }
-    gt_finish(acc, n, W, y, part, tick, S, s, row0, nt, ob, og, wact, t, &last);
-}
 /* Which tensor-core kernel a weight takes (-1: none): a property of the weight alone. */
 static inline int gemv_tc_kind(const qweight *W) {
     if (W->fmt == QW_BF16 && W->n_in % 32 == 0) return 0;
@@ -562,7 +387,6 @@ static inline int gemv_tc_split(const qweight *W, int kind) {
 static inline size_t gemv_tc_smem(int kind) {
     return kind == 0 ? gt_cfg<0>::SMEM : kind == 64 ? gt_cfg<64>::SMEM : gt_cfg<128>::SMEM;
 }
-static inline size_t gemv_tc2_smem(int kind) { return kind == 0 ? gt2_cfg<0>::SMEM : gt2_cfg<64>::SMEM; }
 
 /* Scratch a call needs: partial floats (S > 1) and ticket counters (zeroed once; each call leaves them
  * zero). */
@@ -581,40 +405,15 @@ template <typename F> static inline cudaError_t gt_attr(F *f, size_t smem, cudaE
 static inline cudaError_t gemv_tc_init(void) {
     cudaError_t e = gt_attr(gemv_tc_kernel<0>, gt_cfg<0>::SMEM, cudaSuccess);
     e = gt_attr(gemv_tc_kernel<64>, gt_cfg<64>::SMEM, e);
-    e = gt_attr(gemv_tc_kernel<128>, gt_cfg<128>::SMEM, e);
-    e = gt_attr(gemv_tc2_kernel<0, QW_BF16>, gt2_cfg<0>::SMEM, e);
-    e = gt_attr(gemv_tc2_kernel<64, QW_BF16>, gt2_cfg<64>::SMEM, e);
-    e = gt_attr(gemv_tc2_kernel<64, QW_F16>, gt2_cfg<64>::SMEM, e);
-    e = gt_attr(gemv_tc2_kernel<64, QW_F32>, gt2_cfg<64>::SMEM, e);
-    e = gt_attr(gemv_tc2_kernel<128, QW_BF16>, gt2_cfg<128>::SMEM, e);
-    e = gt_attr(gemv_tc2_kernel<128, QW_F16>, gt2_cfg<128>::SMEM, e);
-    return gt_attr(gemv_tc2_kernel<128, QW_F32>, gt2_cfg<128>::SMEM, e);
+    return gt_attr(gemv_tc_kernel<128>, gt_cfg<128>::SMEM, e);
 }
 
-/* Launches version ver (1: gemv_tc_kernel, 2: gemv_tc2_kernel; the same arithmetic) of the kernel of
- * `kind` (gemv_tc_kind) on n rows; part and tick as gemv_tc_part_floats and gemv_tc_ticks ask. Returns
- * the launch error. */
-static inline cudaError_t gemv_tc_launch(int ver, int kind, const float *x, int n, const qweight *W, float *y,
-                                         float *part, unsigned *tick, cudaStream_t st) {
+/* Launches the kernel of `kind` (gemv_tc_kind) on n rows; part and tick as gemv_tc_part_floats and
+ * gemv_tc_ticks ask. Returns the launch error. */
+static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,
+                                         unsigned *tick, cudaStream_t st) {
     const int S = gemv_tc_split(W, kind);
     dim3 grid((unsigned)(((W->n_out + GT_OUT - 1) / GT_OUT) * ((n + GT_RC - 1) / GT_RC)), (unsigned)S);
-    if (ver == 2) {
-        const size_t smem = gemv_tc2_smem(kind);
-        const int sb = W->sb_fmt;
-#define GT2_GO(Q, SB) gemv_tc2_kernel<Q, SB><<<grid, GT_THREADS, smem, st>>>(x, n, *W, y, part, tick, S)
-        if (kind == 0) GT2_GO(0, QW_BF16);
-        else if (kind == 64) {
-            if (sb == QW_BF16) GT2_GO(64, QW_BF16);
-            else if (sb == QW_F16) GT2_GO(64, QW_F16);
-            else GT2_GO(64, QW_F32);
-        } else {
-            if (sb == QW_BF16) GT2_GO(128, QW_BF16);
-            else if (sb == QW_F16) GT2_GO(128, QW_F16);
-            else GT2_GO(128, QW_F32);
-        }
-#undef GT2_GO
-        return cudaGetLastError();
-    }
     const size_t smem = gemv_tc_smem(kind);
     if (kind == 0) gemv_tc_kernel<0><<<grid, GT_THREADS, smem, st>>>(x, n, *W, y, part, tick, S);
     else if (kind == 64) gemv_tc_kernel<64><<<grid, GT_THREADS, smem, st>>>(x, n, *W, y, part, tick, S);
