@@ -24,7 +24,8 @@
  * row count are preferred (a workspace can hold stream-K partials, whose split of K follows the tile count,
  * so it is not batch-invariant), and those run with no workspace at all. Only when no such algorithm
  * exists is one that needs workspace (within QUILL_GEMM_WS_MB, default 32) taken, marked as such in
- * cuda_prefill_gemm_describe (see shape_select in cuda_gemm_select.cu). The split and dequantization pre-passes are elementwise.
+ * cuda_prefill_gemm_describe (see shape_select in cuda_gemm_select.cu). The split and dequantization
+ * pre-passes are elementwise.
  * That a fixed, non-split cuBLASLt kernel computes each element independently of n is what
  * tests/cuda/bench_gemm.sh and test_cuda_ops check on the device (bitwise); cuBLAS does not document it.
  *
