@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/cuda-tests.log
 : >"$log"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_seq_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
 if [ $? -ne 0 ]; then tail -40 "$log"; echo "build failed"; exit 1; fi
 declare -a rows
 fails=0
@@ -29,6 +29,7 @@ step() { # name, command...
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
 step "cuda ops vs cpu, batch invariance" "$build/cuda_test_cuda_ops"
+step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_cuda_seq_ops"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"

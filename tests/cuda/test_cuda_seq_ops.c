@@ -1,0 +1,283 @@
+/* test_cuda_seq_ops.c: the CUDA ops that run per stream (attention for decode and prompt rows, conv,
+ * the gated delta rule recurrent and chunked) against the CPU reference on random inputs, and
+ * EXACT(batch) / EXACT(chunk) on the GPU: a seq gives bit-identical results alone and among others, and
+ * a prompt cut into calls equals the whole. Built when nvcc is found; skips (exit 77) without a GPU. Run
+ * on the GPU machine by tests/cuda/run.sh. */
+#include "cuda_test_util.h"
+#include "backend/cuda/cuda_flash_prefill.h"
+
+static void test_attention(void) {
+    const int nq = 8, nkv = 2, D = 256, rot = 64, ctx = 300;
+    /* two seqs: A prefill rows at 0..99, B rows at 180..185 (after a prefix we write first) */
+    const int n = 106;
+    buf q = mk_rand((size_t)n * nq * D, 1.0f), k = mk_rand((size_t)n * nkv * D, 1.0f), v = mk_rand((size_t)n * nkv * D, 1.0f);
+    int32_t pos[106];
+    for (int i = 0; i < 100; i++) pos[i] = i;
+    for (int i = 0; i < 6; i++) pos[100 + i] = 180 + i;
+    buf p = mk(sizeof pos, pos);
+    OK(cpu->ops->rope(cpu, q.c, n, nq, D, rot, p.c, 1e7f));
+    OK(gpu->ops->rope(gpu, q.g, n, nq, D, rot, p.g, 1e7f));
+    expect_close("rope (theta 1e7, 64 of 256 dims)", q, 1e-5);
+    buf kcA = mk_rand((size_t)ctx * nkv * D, 1.0f), vcA = mk_rand((size_t)ctx * nkv * D, 1.0f);
+    buf kcB = mk_rand((size_t)ctx * nkv * D, 1.0f), vcB = mk_rand((size_t)ctx * nkv * D, 1.0f);
+    buf out = mk((size_t)n * nq * D * 4, NULL);
+    qseq seqs[2] = {{0, 100, 0, 1}, {100, 6, 180, 0}};
+    float *kc_c[2] = {kcA.c, kcB.c}, *vc_c[2] = {vcA.c, vcB.c}, *kc_g[2] = {kcA.g, kcB.g}, *vc_g[2] = {vcA.g, vcB.g};
+    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, 2, kc_c, vc_c, nq, nkv, D, 1.0f / 16, out.c));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, 2, kc_g, vc_g, nq, nkv, D, 1.0f / 16, out.g));
+    expect_close("attention 2 seqs, GQA 4:1, D 256", out, cuda_flash_precision() == FLASH_SPLIT ? 1e-5 : 2e-2);
+    expect_close("attention K cache written", kcB, 1e-7);
+    /* EXACT(batch): seq B alone gives the same bits */
+    size_t ob = (size_t)6 * nq * D * 4;
+    float *together = malloc(ob), *alone = malloc(ob);
+    OK(gpu->ops->download(gpu, together, (float *)out.g + (size_t)100 * nq * D, ob));
+    qseq only_b = {100, 6, 180, 0};
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &only_b, 1, &kc_g[1], &vc_g[1], nq, nkv, D, 1.0f / 16, out.g));
+    OK(gpu->ops->download(gpu, alone, (float *)out.g + (size_t)100 * nq * D, ob));
+    expect_same("attention seq alone vs with another", together, alone, ob);
+    free(together); free(alone);
+    rm(q); rm(k); rm(v); rm(p); rm(kcA); rm(vcA); rm(kcB); rm(vcB); rm(out);
+}
+
+/* Prompt rows (chunked = 1) through the flash kernel: several seqs (lengths 1, 63, 64, 65, 300 at
+ * positions 0 and off the 64-grid, each after a random cached prefix) against the CPU, in the mode
+ * the environment picks and in both modes directly; then EXACT(chunk) (one call vs cuts at 64, 100,
+ * and 1 + 170) and EXACT(batch) (a seq alone vs among the others), bitwise on the GPU. */
+static void flash_case(int nq, int nkv, int D, int check_exact) {
+    enum { NS = 5 };
+    const int len[NS] = {1, 63, 64, 65, 300}, p0[NS] = {0, 37, 0, 129, 70};
+    int row0[NS], n = 0, ctx[NS];
+    for (int s = 0; s < NS; s++) { row0[s] = n; n += len[s]; ctx[s] = p0[s] + len[s]; }
+    const size_t qw = (size_t)nq * D, kw = (size_t)nkv * D;
+    buf q = mk_rand((size_t)n * qw, 2.0f), k = mk_rand((size_t)n * kw, 1.0f), v = mk_rand((size_t)n * kw, 1.0f);
+    buf kc[NS], vc[NS];
+    float *kc_c[NS], *vc_c[NS], *kc_g[NS], *vc_g[NS];
+    qseq seqs[NS];
+    for (int s = 0; s < NS; s++) {
+        kc[s] = mk_rand((size_t)ctx[s] * kw, 1.0f);
+        vc[s] = mk_rand((size_t)ctx[s] * kw, 1.0f);
+        kc_c[s] = kc[s].c; vc_c[s] = vc[s].c; kc_g[s] = kc[s].g; vc_g[s] = vc[s].g;
+        seqs[s] = (qseq){row0[s], len[s], p0[s], 1};
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    const size_t ob = (size_t)n * qw * sizeof(float);
+    buf out = mk(ob, NULL);
+    float *poison = malloc(ob);
+    for (size_t i = 0; i < (size_t)n * qw; i++) poison[i] = NAN;
+    OK(gpu->ops->upload(gpu, out.g, poison, ob));
+    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, NS, kc_c, vc_c, nq, nkv, D, scale, out.c));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, NS, kc_g, vc_g, nq, nkv, D, scale, out.g));
+    char name[96];
+    const int env = cuda_flash_precision();
+    snprintf(name, sizeof name, "prompt attn %d/%d D %d (%s)", nq, nkv, D, env == FLASH_SPLIT ? "split" : "bf16");
+    expect_close(name, out, env == FLASH_SPLIT ? 1e-5 : 2e-2);
+    float *ref = malloc(ob);
+    OK(gpu->ops->download(gpu, ref, out.g, ob));
+    for (int mode = 0; mode < 2; mode++) { /* both precisions, directly on the filled caches */
+        OK(gpu->ops->upload(gpu, out.g, poison, ob));
+        for (int s = 0; s < NS; s++)
+            OK(cuda_flash_prefill(gpu, q.g, row0[s], len[s], p0[s], kc_g[s], vc_g[s], nq, nkv, D, scale, mode,
+                                  out.g));
+        snprintf(name, sizeof name, "  flash direct D %d (%s)", D, mode == FLASH_SPLIT ? "split" : "bf16");
+        expect_close(name, out, mode == FLASH_SPLIT ? 1e-5 : 2e-2);
+    }
+    if (check_exact) {
+        float *got = malloc(ob);
+        /* EXACT(chunk): the 300-row seq (s = 4) cut into calls, each call writing its K/V first */
+        const int cuts[3][3] = {{64, 300, 0}, {100, 300, 0}, {1, 171, 300}};
+        const int s = 4;
+        for (int c = 0; c < 3; c++) {
+            OK(gpu->ops->upload(gpu, out.g, poison, ob));
+            int a = 0;
+            for (int i = 0; i < 3 && a < len[s]; i++) {
+                const int b = cuts[c][i];
+                qseq part = {row0[s] + a, b - a, p0[s] + a, 1};
+                OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &part, 1, &kc_g[s], &vc_g[s], nq, nkv, D, scale, out.g));
+                a = b;
+            }
+            OK(gpu->ops->download(gpu, got, out.g, ob));
+            snprintf(name, sizeof name, "  EXACT(chunk) D %d cut %d,%d", D, cuts[c][0], cuts[c][1]);
+            expect_same(name, got + (size_t)row0[s] * qw, ref + (size_t)row0[s] * qw, (size_t)len[s] * qw * 4);
+        }
+        /* EXACT(batch): each seq alone vs all five in one call */
+        int same = 1;
+        for (int t = 0; t < NS; t++) {
+            OK(gpu->ops->upload(gpu, out.g, poison, ob));
+            OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &seqs[t], 1, &kc_g[t], &vc_g[t], nq, nkv, D, scale, out.g));
+            OK(gpu->ops->download(gpu, got, out.g, ob));
+            same &= memcmp(got + (size_t)row0[t] * qw, ref + (size_t)row0[t] * qw, (size_t)len[t] * qw * 4) == 0;
+        }
+        snprintf(name, sizeof name, "  EXACT(batch) D %d, 5 seqs alone", D);
+        expect_same(name, &same, &(int){1}, sizeof same);
+        free(got);
+    }
+    free(ref);
+    free(poison);
+    for (int s = 0; s < NS; s++) { rm(kc[s]); rm(vc[s]); }
+    rm(q); rm(k); rm(v); rm(out);
+}
+
+static void test_flash_prefill(void) {
+    flash_case(16, 4, 256, 1); /* the 9B shape: GQA 4:1, dim 256 */
+    flash_case(8, 2, 128, 1);
+    flash_case(8, 2, 64, 0);
+    flash_case(16, 2, 128, 0); /* GQA 8:1 */
+    flash_case(4, 4, 64, 0);   /* no sharing */
+}
+
+static void test_gdn(void) {
+    const qgdn_dims d = {4, 8, 128, 128};
+    const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, n = 90;
+    buf x = mk_rand((size_t)n * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)n * C * 4, NULL);
+    buf stA = mk_rand((size_t)(K - 1) * C, 1.0f), stB = mk_rand((size_t)(K - 1) * C, 1.0f);
+    qseq seqs[2] = {{0, 87, 0, 0}, {87, 3, 50, 0}};
+    float *sc[2] = {stA.c, stB.c}, *sg[2] = {stA.g, stB.g};
+    OK(cpu->ops->conv1d_silu(cpu, x.c, seqs, 2, sc, w.c, C, K, y.c));
+    OK(gpu->ops->conv1d_silu(gpu, x.g, seqs, 2, sg, w.g, C, K, y.g));
+    expect_close("conv1d_silu 2 seqs", y, 1e-5);
+    expect_close("conv1d state after 3 rows", stB, 1e-7);
+    buf a = mk_rand((size_t)n * d.n_v_heads, 3.0f), b = mk_rand((size_t)n * d.n_v_heads, 3.0f);
+    buf Al = mk_rand(d.n_v_heads, 1.0f), dt = mk_rand(d.n_v_heads, 1.0f);
+    buf g = mk((size_t)n * d.n_v_heads * 4, NULL), be = mk((size_t)n * d.n_v_heads * 4, NULL);
+    OK(cpu->ops->gdn_gates(cpu, a.c, b.c, n, d.n_v_heads, Al.c, dt.c, g.c, be.c));
+    OK(gpu->ops->gdn_gates(gpu, a.g, b.g, n, d.n_v_heads, Al.g, dt.g, g.g, be.g));
+    expect_close("gdn_gates g", g, 1e-5);
+    expect_close("gdn_gates beta", be, 1e-6);
+    size_t Sn = (size_t)d.n_v_heads * d.k_dim * d.v_dim;
+    buf SA = mk_rand(Sn, 0.1f), SB = mk_rand(Sn, 0.1f), o = mk((size_t)n * d.n_v_heads * d.v_dim * 4, NULL);
+    float *Sc[2] = {SA.c, SB.c}, *Sg[2] = {SA.g, SB.g};
+    OK(cpu->ops->gated_delta(cpu, y.c, g.c, be.c, seqs, 2, Sc, d, o.c));
+    OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, 2, Sg, d, o.g));
+    expect_close("gated_delta recurrent 2 seqs", o, 1e-4);
+    expect_close("gated_delta state", SA, 1e-4);
+    /* the CPU chunked rule vs the GPU (recurrent) for a prompt seq */
+    buf SC = mk_rand(Sn, 0.1f);
+    qseq pre = {0, 87, 0, 1};
+    float *pc[1] = {SC.c}, *pg[1] = {SC.g};
+    OK(cpu->ops->gated_delta(cpu, y.c, g.c, be.c, &pre, 1, pc, d, o.c));
+    OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, &pre, 1, pg, d, o.g));
+    expect_close("gated_delta chunked (cpu) vs gpu", o, 1e-4);
+    /* EXACT(batch): seq B alone on the GPU, from the same starting state */
+    size_t ob = (size_t)3 * d.n_v_heads * d.v_dim * 4;
+    float *S0 = malloc(Sn * 4), *r1 = malloc(ob), *r2 = malloc(ob);
+    OK(gpu->ops->download(gpu, S0, SB.g, Sn * 4));
+    OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, 2, Sg, d, o.g));
+    OK(gpu->ops->download(gpu, r1, (float *)o.g + (size_t)87 * d.n_v_heads * d.v_dim, ob));
+    OK(gpu->ops->upload(gpu, SB.g, S0, Sn * 4));
+    OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, &seqs[1], 1, &Sg[1], d, o.g));
+    OK(gpu->ops->download(gpu, r2, (float *)o.g + (size_t)87 * d.n_v_heads * d.v_dim, ob));
+    expect_same("gated_delta seq alone vs with another", r1, r2, ob);
+    free(S0); free(r1); free(r2);
+    rm(x); rm(w); rm(y); rm(stA); rm(stB); rm(a); rm(b); rm(Al); rm(dt); rm(g); rm(be); rm(SA); rm(SB); rm(SC); rm(o);
+}
+
+/* The chunked gated delta rule (prompt seqs, chunked = 1) on the GPU (cuda_gdn_chunked.cu) vs the CPU's
+ * chunked rule: lengths 1, 63, 64, 65, 200 at pos0 0 and non-multiples of 64, nonzero states, one
+ * recurrent seq in the same call; then EXACT(batch) (a seq alone) and EXACT(chunk) (two seqs cut at
+ * their multiples of 64, the pieces sharing calls), bitwise on the GPU. */
+static double gdn_rel(const float *ref, const float *x, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)ref[i] - x[i]);
+        if (!(e <= num)) num = e;
+        if (fabs(ref[i]) > den) den = fabs(ref[i]);
+    }
+    return den > 0 ? num / den : num;
+}
+static void gdn_report(const char *name, double e, double tol) {
+    int ok = e <= tol;
+    printf("| %-40s | %9.2e | %7.0e | %s |\n", name, e, tol, ok ? "ok" : "FAIL");
+    ok ? n_pass++ : n_fail++;
+}
+static void gdn_chunked_case(qgdn_dims d, float gmax) {
+    enum { NS = 6 };
+    const int lens[NS] = {200, 65, 64, 63, 1, 3}, pos0s[NS] = {0, 100, 37, 64, 5, 50}, chk[NS] = {1, 1, 1, 1, 1, 0};
+    const int W = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, Hv = d.n_v_heads, no = Hv * d.v_dim;
+    const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim;
+    qseq seqs[NS];
+    int n = 0;
+    for (int s = 0; s < NS; s++) { seqs[s] = (qseq){n, lens[s], pos0s[s], chk[s]}; n += lens[s]; }
+    float *hx = malloc((size_t)n * W * 4), *hg = malloc((size_t)n * Hv * 4), *hb = malloc((size_t)n * Hv * 4);
+    for (size_t i = 0; i < (size_t)n * W; i++) { float u = 3.0f * frand(); hx[i] = u / (1.0f + expf(-u)); }
+    for (int i = 0; i < n * Hv; i++) { hg[i] = -0.5f * gmax * (frand() + 1.0f); hb[i] = 0.5f + 0.49f * frand(); }
+    buf x = mk((size_t)n * W * 4, hx), g = mk((size_t)n * Hv * 4, hg), be = mk((size_t)n * Hv * 4, hb);
+    buf o = mk((size_t)n * no * 4, NULL), St[NS];
+    float *S0[NS], *Sc[NS], *Sg[NS], *Sgpu[NS];
+    for (int s = 0; s < NS; s++) {
+        S0[s] = malloc(Sn * 4);
+        for (size_t i = 0; i < Sn; i++) S0[s][i] = 0.5f * frand();
+        St[s] = mk(Sn * 4, S0[s]);
+        Sc[s] = St[s].c; Sg[s] = St[s].g;
+        Sgpu[s] = malloc(Sn * 4);
+    }
+    OK(cpu->ops->gated_delta(cpu, x.c, g.c, be.c, seqs, NS, Sc, d, o.c));
+    OK(gpu->ops->gated_delta(gpu, x.g, g.g, be.g, seqs, NS, Sg, d, o.g));
+    float *oc = malloc((size_t)n * no * 4), *og = malloc((size_t)n * no * 4), *o2 = malloc((size_t)n * no * 4);
+    float *sc = malloc(Sn * 4), *s2 = malloc(Sn * 4);
+    OK(cpu->ops->download(cpu, oc, o.c, (size_t)n * no * 4));
+    OK(gpu->ops->download(gpu, og, o.g, (size_t)n * no * 4));
+    double eo = gdn_rel(oc, og, (size_t)(n - lens[5]) * no); /* the chunked seqs: every row before the last seq */
+    double es = 0;
+    for (int s = 0; s < NS; s++) {
+        OK(cpu->ops->download(cpu, sc, Sc[s], Sn * 4));
+        OK(gpu->ops->download(gpu, Sgpu[s], Sg[s], Sn * 4));
+        if (chk[s]) { double e = gdn_rel(sc, Sgpu[s], Sn); if (e > es) es = e; }
+    }
+    char nm[96];
+    snprintf(nm, sizeof nm, "gdn chunked %d/%d dk%d dv%d g>-%g out", d.n_k_heads, Hv, d.k_dim, d.v_dim, (double)gmax);
+    gdn_report(nm, eo, 1e-5);
+    snprintf(nm, sizeof nm, "gdn chunked %d/%d dk%d dv%d g>-%g state", d.n_k_heads, Hv, d.k_dim, d.v_dim, (double)gmax);
+    gdn_report(nm, es, 1e-5);
+    double er = gdn_rel(oc + (size_t)(n - lens[5]) * no, og + (size_t)(n - lens[5]) * no, (size_t)lens[5] * no);
+    gdn_report("gdn recurrent seq in a chunked call", er, 1e-4);
+    /* EXACT(batch): seq 1 alone, from its first state */
+    OK(gpu->ops->upload(gpu, Sg[1], S0[1], Sn * 4));
+    OK(gpu->ops->gated_delta(gpu, x.g, g.g, be.g, &seqs[1], 1, &Sg[1], d, o.g));
+    OK(gpu->ops->download(gpu, o2, o.g, (size_t)n * no * 4));
+    OK(gpu->ops->download(gpu, s2, Sg[1], Sn * 4));
+    int same = memcmp(o2 + (size_t)seqs[1].row0 * no, og + (size_t)seqs[1].row0 * no, (size_t)lens[1] * no * 4) == 0 &&
+               memcmp(s2, Sgpu[1], Sn * 4) == 0;
+    snprintf(nm, sizeof nm, "gdn chunked dk%d: seq alone vs among 6", d.k_dim);
+    expect_same(nm, &same, &(int){1}, sizeof same);
+    /* EXACT(chunk): seqs 0 and 1 cut at multiples of 64 of their positions, piece k of both in call k */
+    OK(gpu->ops->upload(gpu, Sg[0], S0[0], Sn * 4));
+    OK(gpu->ops->upload(gpu, Sg[1], S0[1], Sn * 4));
+    int done[2] = {0, 0};
+    while (done[0] < lens[0] || done[1] < lens[1]) {
+        qseq pc[2];
+        float *ps[2];
+        int np = 0;
+        for (int s = 0; s < 2; s++) {
+            if (done[s] >= lens[s]) continue;
+            int p = pos0s[s] + done[s], len = 64 - p % 64;
+            if (len > lens[s] - done[s]) len = lens[s] - done[s];
+            pc[np] = (qseq){seqs[s].row0 + done[s], len, p, 1};
+            ps[np++] = Sg[s];
+            done[s] += len;
+        }
+        OK(gpu->ops->gated_delta(gpu, x.g, g.g, be.g, pc, np, ps, d, o.g));
+    }
+    OK(gpu->ops->download(gpu, o2, o.g, (size_t)n * no * 4));
+    same = memcmp(o2, og, (size_t)(lens[0] + lens[1]) * no * 4) == 0;
+    for (int s = 0; s < 2; s++) {
+        OK(gpu->ops->download(gpu, s2, Sg[s], Sn * 4));
+        same = same && memcmp(s2, Sgpu[s], Sn * 4) == 0;
+    }
+    snprintf(nm, sizeof nm, "gdn chunked dk%d: cut at 64s vs whole", d.k_dim);
+    expect_same(nm, &same, &(int){1}, sizeof same);
+    for (int s = 0; s < NS; s++) { rm(St[s]); free(S0[s]); free(Sgpu[s]); }
+    free(hx); free(hg); free(hb); free(oc); free(og); free(o2); free(sc); free(s2);
+    rm(x); rm(g); rm(be); rm(o);
+}
+
+static void test_gdn_chunked(void) {
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128}, 1.0f);
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128}, 8.0f);
+    gdn_chunked_case((qgdn_dims){2, 4, 32, 32}, 0.05f);
+    gdn_chunked_case((qgdn_dims){2, 4, 64, 96}, 1.0f);
+}
+
+int main(void) {
+    static void (*const tests[])(void) = {test_attention, test_flash_prefill, test_gdn, test_gdn_chunked};
+    return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
+}
