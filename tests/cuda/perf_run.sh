@@ -4,7 +4,7 @@
 # own time limit:
 #   checks   tests/cuda/run.sh (ops vs CPU, goldens and invariance through CUDA; QUICK=1 skips sanitizers)
 #   kernels  every tests/cuda/bench_*.sh;  gemv / gemm: only that bench;  tune: tests/cuda/tune_gemv.sh
-#   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs on and off
+#   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
 #   profile  quill bench --profile: the per-op GPU time table of a decode step and of a prefill
 # The summary ($OUT/summary.md) is written as the run goes, so a call cut short still brings it back;
@@ -74,7 +74,7 @@ if has decode; then
   for w in $MODELS; do
     B="build-cuda/quill bench $w --backend cuda"
     q 90 "decode $w" X=1 $B --prefill '' --contexts 0,32768 --streams 4,16,64 --steps 16
-    q 40 "decode $w, graphs off" QUILL_CUDA_GRAPHS=0 $B --prefill '' --contexts 0 --streams '' --steps 16
+    q 40 "decode $w, graphs on" QUILL_CUDA_GRAPHS=1 $B --prefill '' --contexts 0 --streams '' --steps 16
   done
 fi
 if has prefill; then
