@@ -9,6 +9,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/backend.h"
 
@@ -35,6 +37,20 @@ typedef struct cuda_state {
 /* Copies `bytes` of host data to device memory valid for ops issued before the next synchronisation.
  * Returns the device address in *dev. */
 qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev);
+/* QUILL_PREFILL_PRECISION, read and checked once (per file that asks), for every prompt-row kernel (the
+ * GEMM, flash attention): *bf16 = 1 for "bf16", 0 for "split" or unset; any other value fails, naming it. */
+static inline qstatus cu_prefill_precision_bf16(int *bf16) {
+    static int cached = -1; /* -1 unread, 0 split, 1 bf16, 2 bad; racing readers store the same value */
+    static const char *bad;
+    if (cached < 0) {
+        const char *p = getenv("QUILL_PREFILL_PRECISION");
+        bad = p;
+        cached = !p || !*p || !strcmp(p, "split") ? 0 : !strcmp(p, "bf16") ? 1 : 2;
+    }
+    if (cached == 2) return q_fail(Q_EINVAL, "QUILL_PREFILL_PRECISION=%s: expected split or bf16", bad);
+    *bf16 = cached;
+    return Q_OK;
+}
 /* Device scratch of at least `bytes` for split attention (grows; never shrinks). */
 qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out);
 /* Frees the prefill GEMM state (cuda_gemm.cu); the stream is idle. */

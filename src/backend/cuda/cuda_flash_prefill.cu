@@ -330,12 +330,9 @@ static size_t fa_smem_bytes(int dim, int precision) {
 }
 
 extern "C" int cuda_flash_precision(void) {
-    static int cached = -1; /* read once; racing readers store the same value */
-    if (cached < 0) {
-        const char *e = getenv("QUILL_PREFILL_PRECISION");
-        cached = e && strcmp(e, "bf16") == 0 ? FLASH_BF16 : FLASH_SPLIT;
-    }
-    return cached;
+    int bf16 = 0; /* a bad value: split here; the prompt's first matmul has already failed on it */
+    if (cu_prefill_precision_bf16(&bf16) != Q_OK) bf16 = 0;
+    return bf16 ? FLASH_BF16 : FLASH_SPLIT;
 }
 
 extern "C" int cuda_flash_supported(int n_q, int n_kv, int dim) {

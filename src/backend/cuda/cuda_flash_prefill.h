@@ -14,7 +14,7 @@ enum { FLASH_BF16 = 0, FLASH_SPLIT = 1 };
 extern "C" {
 #endif
 
-/* The precision the environment asks for ("bf16" or "split"; unset or anything else: split). */
+/* The precision QUILL_PREFILL_PRECISION asks for (cu_prefill_precision_bf16: "bf16", else split). */
 int cuda_flash_precision(void);
 
 /* Whether the flash kernel handles this shape (dim 64, 128 or 256; n_q / n_kv <= 128). */

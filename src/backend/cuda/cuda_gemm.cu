@@ -214,12 +214,10 @@ static qstatus gemm_state(qbackend *be, cu_gemm **out) {
         *out = s->gemm;
         return Q_OK;
     }
-    int mode = MODE_SPLIT;
-    const char *p = getenv("QUILL_PREFILL_PRECISION"), *k = getenv("QUILL_PREFILL_GEMM");
-    if (p && *p && strcmp(p, "split") != 0) {
-        if (strcmp(p, "bf16") == 0) mode = MODE_BF16;
-        else return q_fail(Q_EINVAL, "QUILL_PREFILL_PRECISION=%s: expected split or bf16", p);
-    }
+    int bf16 = 0;
+    Q_TRY(cu_prefill_precision_bf16(&bf16));
+    int mode = bf16 ? MODE_BF16 : MODE_SPLIT;
+    const char *k = getenv("QUILL_PREFILL_GEMM");
     if (k && *k && strcmp(k, "cublaslt") != 0) {
         if (strcmp(k, "tiled") == 0) mode = MODE_TILED;
         else return q_fail(Q_EINVAL, "QUILL_PREFILL_GEMM=%s: expected cublaslt or tiled", k);
