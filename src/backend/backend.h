@@ -152,7 +152,7 @@ typedef struct qbackend_ops {
      * step is hundreds of small kernels). graph_end with ok = 0 (an op failed) drops the recording. A
      * recording can fail (an op that must synchronise or allocate): graph_end then returns an error,
      * nothing has run, and the caller issues the same ops again without recording. Ops run with the
-     * same arithmetic either way. graph_begin may refuse (graphs turned off): run without. */
+     * same arithmetic either way. graph_begin may refuse: run without. */
     qstatus (*graph_begin)(qbackend *be);
     qstatus (*graph_end)(qbackend *be, int ok);
 

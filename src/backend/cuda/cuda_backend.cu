@@ -146,8 +146,10 @@ static qbackend_ops make_ops(void) {
     o.gated_rmsnorm = cuda_gated_rmsnorm;
     o.swiglu = cuda_swiglu;
     o.add = cuda_add;
-    o.graph_begin = cuda_graph_begin;
-    o.graph_end = cuda_graph_end;
+    if (cuda_graphs_enabled()) { /* off by default: slower today (cuda_graph.cu) */
+        o.graph_begin = cuda_graph_begin;
+        o.graph_end = cuda_graph_end;
+    }
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.argmax = cuda_argmax;
     o.vm_reserve = cuda_vm_reserve;

@@ -164,6 +164,7 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
                          const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
 qstatus cuda_add(qbackend *be, float *x, const float *y, int64_t n);
+int cuda_graphs_enabled(void); /* QUILL_CUDA_GRAPHS=1: the ops table gets the two below */
 qstatus cuda_graph_begin(qbackend *be);
 qstatus cuda_graph_end(qbackend *be, int ok);
 qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim, float eps,
