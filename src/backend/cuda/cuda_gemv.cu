@@ -130,7 +130,7 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     if ((kind >= 0 || ch) && (((uintptr_t)x | (uintptr_t)W->w) & 15)) /* never fall back: the kernel is the weight's */
         return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
     if (kind >= 0) {
-        if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || (W->n_out + GT_OUT - 1) / GT_OUT * ((n + GT_RC - 1) / GT_RC) > 2147483647LL)
+        if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n) > 2147483647u)
             return q_fail(Q_EINVAL, "cuda matmul: %d rows x %lld outputs is too large", n, (long long)W->n_out);
         float *part = NULL;
         unsigned *tick = NULL;

@@ -4,66 +4,63 @@
  * host helpers only.
  *
  * Arithmetic (mma.sync m16n8k16, bf16 operands, f32 accumulators):
- * - Each f32 activation is split x = hi + lo + e with hi = bf16(x), lo = bf16(x - hi) (|e| <= 2^-18|x|);
- *   every weight fragment is multiplied by the hi part and by the lo part. bf16 x bf16 products are
- *   exact, so the result is f32-class (relative error ~1e-6), not bf16-class.
- * - W is the A operand (16 outputs per MMA), activation rows the B operand (8 rows per MMA). Lane
- *   (g = lane/4, t = lane%4) loads a contiguous piece of output rows g and g+8 (16 bytes bf16 or
- *   8 bytes of 4-bit codes) and the staged activations put the matching x values in the same
- *   fragment slots: the K order inside an MMA is a fixed permutation, the same for every row.
+ * - Each f32 activation is split x = hi + lo + e with hi = bf16(x), lo = bf16(x - hi) (|e| <= 2^-17|x|).
+ *   bf16 x bf16 products are exact, so the result is f32-class (relative error ~1e-6), not bf16-class.
+ * - W is the A operand (16 outputs per MMA). The B operand's 8 columns are 4 input rows, each as its
+ *   hi column and its lo column, so one MMA applies 16 x 16 weights to both parts of 4 rows and a
+ *   row's sum is (hi column) + (lo column) at the end of a unit. Lane (g = lane/4, t = lane%4) loads a
+ *   contiguous piece of output rows g and g+8 (16 bytes bf16 or 8 bytes of 4-bit codes) and the
+ *   staged activations put the matching x values in the same fragment slots: the K order inside an
+ *   MMA is a fixed permutation, the same for every row.
  * - 4-bit: the weights of one "unit" (64 codes = 4 MMA k-steps) share a scale s and bias b. Codes
  *   become bf16 exactly ((0x4300 | q) - 128 = q, two per instruction); P = sum_k q_k x_k comes from the
- *   MMAs (fresh accumulator per unit) and the unit is folded as acc = s*P + (b*X + acc), X = sum of
- *   the unit's (hi + lo), computed while staging, in a fixed order.
+ *   MMAs (fresh accumulator per unit) and the unit is folded as acc = s*(P_hi + P_lo) + (b*X + acc),
+ *   X = the unit's sum of (hi + lo) in a fixed order, computed while staging. bf16: the MMAs
+ *   accumulate the hi and lo columns over the whole slice; the row's value is hi + lo at the end.
  * - Split-K: the K units are cut into S slices, S a function of (n_out, K) only (gemv_tc_split). With
  *   S > 1 each slice writes a partial and the last block of an (output block, row chunk) to arrive
  *   (a ticket counter) sums the S partials in the order s = 0..S-1; the counter is reset for the next
- *   call. No result depends on n or on the other rows: EXACT(batch).
- * Geometry: a block is 8 warps, 128 outputs (16 per warp) x 32 rows (4 MMA row tiles) x one K slice;
- * blockIdx.x = output block * row chunks + row chunk (blocks sharing weights run together, so
- * row chunks after the first read W from L2); blockIdx.y = slice. The block walks its slice in chunks
- * of GT_UPC units: x for the chunk is staged in shared memory (double buffered, one barrier per
- * chunk) as ready-made B fragments, and each warp's weights for the next chunk are loaded into
- * registers before the current chunk is computed. */
+ *   call. A row's arithmetic depends on nothing but the weight and the row: EXACT(batch).
+ * Geometry: a block is 8 warps, 128 outputs (16 per warp) x NT tiles of 4 rows x one K slice; NT (1,
+ * 2 or 4) follows n and the shared memory a slice needs, and changes only which block computes a row.
+ * blockIdx.x = output block * row chunks + row chunk (blocks sharing weights run together, so row
+ * chunks after the first read W from L2); blockIdx.y = slice. A block stages x for its whole slice
+ * in shared memory once, as ready-made B fragments (one barrier); each warp then streams its weights
+ * through a register ring GT_DEPTH units deep (loads for unit u + depth go out as unit u is used), with
+ * no barrier until the end. */
 #ifndef QUILL_CUDA_GEMV_CUH
 #define QUILL_CUDA_GEMV_CUH
 
+#include <string.h>
+
+#include <algorithm>
+
 #include "cuda_common.cuh"
 
-/* Geometry; overridable (-D) only for tests/cuda/bench_gemv.sh's tuning variants. */
-#ifndef GT_WARPS
 #define GT_WARPS 8
-#endif
 #define GT_THREADS (GT_WARPS * 32)
 #define GT_OUT (GT_WARPS * 16) /* outputs per block */
-#define GT_RC 32               /* rows per block: 4 tiles of 8 */
-#ifndef GT_UPC
-#define GT_UPC 4 /* units per chunk */
-#endif
-#ifndef GT_MAX_SPLIT
+#define GT_RC 16               /* most rows per block: 4 tiles of 4 */
 #define GT_MAX_SPLIT 16
-#endif
 #ifndef GT_BLOCKS
-#define GT_BLOCKS 256 /* blocks the split aims for */
+#define GT_BLOCKS 512 /* blocks the split aims for (about 2 per SM, twice) */
 #endif
+#ifndef GT_MIN_SLICE
+#define GT_MIN_SLICE 8 /* units a slice keeps at least */
+#endif
+#define GT_SMEM_MAX (100 * 1024) /* two blocks per SM */
 
 /* Q = 0: bf16 (a unit is 32 values, 2 k-steps; a lane loads 16 bytes per row per unit).
  * Q = 64 or 128: 4-bit affine with that group (a unit is 64 codes, 4 k-steps; 8 bytes per lane). */
 template <int Q> struct gt_cfg {
-    static constexpr int UK = Q ? 64 : 32;  /* K values per unit */
-    static constexpr int KSU = Q ? 4 : 2;   /* MMA k-steps per unit */
-    static constexpr int EPT = Q ? 16 : 8;  /* K values per lane per unit */
-    static constexpr int WPU = Q ? 2 : 4;   /* 32-bit weight words per lane per row per unit */
-    static constexpr int SX_U4 = GT_UPC * KSU * GT_RC * 4; /* uint4 per staging buffer */
-    static constexpr size_t SMEM = 2 * ((size_t)SX_U4 * 16 + (Q ? GT_RC * GT_UPC * 4 : 0));
-};
-
-/* A warp's weights for one chunk (registers). 4-bit: lane t holds the scale and bias of units t, t + 4,
- * ... (rows g, g+8), handed to the quad by shuffles (GT_UPC > 4 needs more than one per lane). */
-#define GT_SPL ((GT_UPC + 3) / 4)
-template <int Q> struct gt_wbuf {
-    uint32_t w[GT_UPC][2][gt_cfg<Q>::WPU]; /* [unit][row g, row g+8][word] */
-    float sc[GT_SPL][2], bi[GT_SPL][2];
+    static constexpr int UK = Q ? 64 : 32;          /* K values per unit */
+    static constexpr int KSU = Q ? 4 : 2;           /* MMA k-steps per unit */
+    static constexpr int EPT = Q ? 16 : 8;          /* K values per lane per unit */
+    static constexpr int WPU = Q ? 2 : 4;           /* 32-bit weight words per lane per row per unit */
+    static constexpr int UB = Q ? 32 : 64;          /* weight bytes per row per unit */
+    static constexpr int DEPTH = Q ? 8 : 4;         /* units in flight per warp (128 bytes per lane) */
+    static constexpr int SXU = KSU / 2 * 32;        /* uint4 of staged B fragments per tile per unit */
+    static constexpr int TILE_UNIT_BYTES = SXU * 16 + (Q ? 16 : 0); /* + the 4 rows' X sums */
 };
 
 __device__ __forceinline__ void gt_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -86,149 +83,122 @@ __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
     return r;
 }
 
-/* Staging item i of a chunk of UPC units (rows [row0, row0 + rows), lanes t = i % 4 adjacent): its EPT
- * x values (zeros for rows >= n and units >= u_end). */
-template <int Q, int UPC>
-__device__ __forceinline__ void gt_xget(const float *__restrict__ x, int n, int64_t K, int row0, int items, int64_t u0,
-                                        int64_t u_end, int i, float (&v)[gt_cfg<Q>::EPT]) {
+/* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. Item i = (tile T, unit u,
+ * lane L = (g, t)): column g is row row0 + 4T + g/2, its hi part (g even) or lo part (g odd), at the K
+ * values lane t's weights hold; sx[((T*us + u)*KSU/2 + jp)*32 + L] = {b0, b1 of k-step 2jp, b0, b1 of
+ * k-step 2jp + 1}. 4-bit: sX[(T*us + u)*4 + g/2] = the unit's sum of (hi + lo) for that row. Items come
+ * in whole warps (a multiple of 32), lane = L. */
+template <int Q>
+__device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int64_t K, int row0, int nt, int64_t u0,
+                                         int us, uint4 *sx, float *sX) {
     typedef gt_cfg<Q> C;
-    const int t = i & 3, u = (i >> 2) % UPC, r = (i >> 2) / UPC;
-    if (i < items && row0 + r < n && u0 + u < u_end) {
-        const float4 *p = (const float4 *)(x + (int64_t)(row0 + r) * K + (u0 + u) * C::UK + t * C::EPT);
+    const int items = nt * us * 32;
+    for (int i = (int)threadIdx.x; i < items; i += GT_THREADS) {
+        const int L = i & 31, tu = i >> 5, g = L >> 2, t = L & 3;
+        const int T = tu / us, u = tu - T * us, r = row0 + 4 * T + (g >> 1);
+        float v[C::EPT];
+        if (r < n) {
+            const float4 *p = (const float4 *)(x + (int64_t)r * K + (u0 + u) * C::UK + t * C::EPT);
 #pragma unroll
-        for (int q = 0; q < C::EPT / 4; q++) {
-            const float4 f = __ldg(p + q);
-            v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
-        }
-    } else {
-#pragma unroll
-        for (int e = 0; e < C::EPT; e++) v[e] = 0.0f;
-    }
-}
-
-/* Writes item i as B fragments: sx[((u*KSU + j)*GT_RC + r)*4 + t] = {hi b0, hi b1, lo b0, lo b1} of k-step
- * j for lane (g = r % 8, t); and, 4-bit, sX[r*UPC + u] = sum over the unit of (hi + lo). All lanes of
- * the warp call it (shuffles). */
-template <int Q, int UPC>
-__device__ __forceinline__ void gt_xput(int items, int i, const float (&v)[gt_cfg<Q>::EPT], uint4 *sx, float *sX) {
-    typedef gt_cfg<Q> C;
-    const bool act = i < items;
-    const int t = i & 3, u = (i >> 2) % UPC, r = (i >> 2) / UPC;
-    float h[C::EPT], l[C::EPT];
-#pragma unroll
-    for (int e = 0; e < C::EPT; e++) {
-        h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
-        l[e] = __bfloat162float(__float2bfloat16_rn(v[e] - h[e]));
-    }
-#pragma unroll
-    for (int j = 0; j < C::KSU; j++) {
-        /* element pairs of k-step j's b0 and b1 (the weight side pairs them the same way) */
-        const int e0 = Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j;
-        const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
-        const uint4 f = make_uint4(gt_pack(h[e0], h[e0 + d]), gt_pack(h[e1], h[e1 + d]), gt_pack(l[e0], l[e0 + d]),
-                                   gt_pack(l[e1], l[e1 + d]));
-        if (act) sx[((u * C::KSU + j) * GT_RC + r) * 4 + t] = f;
-    }
-    if constexpr (Q != 0) {
-        float s = 0.0f;
-#pragma unroll
-        for (int e = 0; e < C::EPT; e++) s += h[e] + l[e];
-        s += __shfl_xor_sync(0xffffffffu, s, 1);
-        s += __shfl_xor_sync(0xffffffffu, s, 2);
-        if (act && t == 0) sX[r * UPC + u] = s;
-    }
-}
-
-/* Stages x rows [row0, row0 + rows_used) for units [u0, u0 + GT_UPC) in one go. */
-template <int Q>
-__device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int64_t K, int row0, int rows_used,
-                                         int64_t u0, int64_t u_end, uint4 *sx, float *sX) {
-    const int items = rows_used * GT_UPC * 4; /* a multiple of 4: lanes t = 0..3 are adjacent */
-    for (int base = 0; base < items; base += GT_THREADS) {
-        float v[gt_cfg<Q>::EPT];
-        gt_xget<Q, GT_UPC>(x, n, K, row0, items, u0, u_end, base + (int)threadIdx.x, v);
-        gt_xput<Q, GT_UPC>(items, base + (int)threadIdx.x, v, sx, sX);
-    }
-}
-
-/* Loads a warp's weight words of one unit (rows og, og+8; nothing for rows >= n_out). */
-template <int Q>
-__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *r0, int64_t row_bytes,
-                                         bool vg, bool vg8, int64_t unit, int t) {
-    const int64_t off = (unit * 4 + t) * (gt_cfg<Q>::WPU * 4);
-    if constexpr (Q != 0) {
-        if (vg) {
-            const uint2 a = __ldg((const uint2 *)(r0 + off));
-            w[0][0] = a.x, w[0][1] = a.y;
-        }
-        if (vg8) {
-            const uint2 c = __ldg((const uint2 *)(r0 + 8 * row_bytes + off));
-            w[1][0] = c.x, w[1][1] = c.y;
-        }
-    } else {
-        if (vg) {
-            const uint4 a = __ldg((const uint4 *)(r0 + off));
-            w[0][0] = a.x, w[0][1] = a.y, w[0][2] = a.z, w[0][3] = a.w;
-        }
-        if (vg8) {
-            const uint4 c = __ldg((const uint4 *)(r0 + 8 * row_bytes + off));
-            w[1][0] = c.x, w[1][1] = c.y, w[1][2] = c.z, w[1][3] = c.w;
-        }
-    }
-}
-
-/* Issues the loads of a warp's weights for units [u0, u0 + nu). */
-template <int Q>
-__device__ __forceinline__ void gt_load(gt_wbuf<Q> &b, const qweight &W, int64_t og, bool vg, bool vg8,
-                                        int64_t u0, int nu, int t) {
-    const int64_t K = W.n_in;
-    const int64_t row_bytes = Q ? K / 2 : K * 2;
-    const unsigned char *r0 = (const unsigned char *)W.w + og * row_bytes;
-#pragma unroll
-    for (int u = 0; u < GT_UPC; u++) {
-        if (u < nu) {
-#pragma unroll
-            for (int p = 0; p < gt_cfg<Q>::WPU; p++) { /* rows >= n_out: zeros */
-                if (!vg) b.w[u][0][p] = 0;
-                if (!vg8) b.w[u][1][p] = 0;
+            for (int q = 0; q < C::EPT / 4; q++) {
+                const float4 f = __ldg(p + q);
+                v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
             }
-            gt_wload<Q>(b.w[u], r0, row_bytes, vg, vg8, u0 + u, t);
-        }
-    }
-    if constexpr (Q != 0) {
-        const int64_t gpr = K / (Q ? Q : 1);
+        } else {
 #pragma unroll
-        for (int q = 0; q < GT_SPL; q++) {
-            b.sc[q][0] = b.sc[q][1] = b.bi[q][0] = b.bi[q][1] = 0.0f;
-            if (4 * q + t < nu) {
-                const int64_t gi = (u0 + 4 * q + t) * 64 / (Q ? Q : 1);
-                if (vg) {
-                    b.sc[q][0] = load_as_f32(W.scales, W.sb_fmt, og * gpr + gi);
-                    b.bi[q][0] = load_as_f32(W.biases, W.sb_fmt, og * gpr + gi);
-                }
-                if (vg8) {
-                    b.sc[q][1] = load_as_f32(W.scales, W.sb_fmt, (og + 8) * gpr + gi);
-                    b.bi[q][1] = load_as_f32(W.biases, W.sb_fmt, (og + 8) * gpr + gi);
-                }
+            for (int e = 0; e < C::EPT; e++) v[e] = 0.0f;
+        }
+        float h[C::EPT], l[C::EPT], p[C::EPT];
+#pragma unroll
+        for (int e = 0; e < C::EPT; e++) {
+            h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
+            l[e] = __bfloat162float(__float2bfloat16_rn(v[e] - h[e]));
+            p[e] = (g & 1) ? l[e] : h[e];
+        }
+#pragma unroll
+        for (int jp = 0; jp < C::KSU / 2; jp++) {
+            uint32_t b[4];
+#pragma unroll
+            for (int q = 0; q < 2; q++) { /* k-step j's element pairs, paired as the weight side pairs them */
+                const int j = 2 * jp + q;
+                const int e0 = Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j;
+                const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
+                b[2 * q] = gt_pack(p[e0], p[e0 + d]);
+                b[2 * q + 1] = gt_pack(p[e1], p[e1 + d]);
             }
+            sx[((size_t)tu * (C::KSU / 2) + jp) * 32 + L] = make_uint4(b[0], b[1], b[2], b[3]);
+        }
+        if constexpr (Q != 0) {
+            float s = 0.0f;
+#pragma unroll
+            for (int e = 0; e < C::EPT; e++) s += h[e] + l[e];
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            if (!(g & 1) && t == 0) sX[tu * 4 + (g >> 1)] = s;
         }
     }
 }
 
-/* THE arithmetic of one unit: its MMAs over nt row tiles into acc[tile][c]. sx/sX: the
- * staged chunk (UPC units), u: the unit's place in it; s0, s1, b0, b1: 4-bit scale and bias of rows
- * g, g+8. */
-template <int Q, int UPC>
-__device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], float s0, float s1, float b0, float b1,
-                                        const uint4 *sx, const float *sX, int u, int nt, float (&acc)[4][4], int lane) {
+/* A warp's weights for unit u of its slice: rows og and og8 (clamped into the matrix; the outputs of
+ * rows past n_out are computed and thrown away). */
+template <int Q>
+__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *p0,
+                                         const unsigned char *p8, int u, int t) {
     typedef gt_cfg<Q> C;
-    const int g = lane >> 2, t = lane & 3;
+    const int64_t off = (int64_t)u * C::UB + t * (C::WPU * 4);
+    if constexpr (Q != 0) {
+        const uint2 a = __ldg((const uint2 *)(p0 + off)), c = __ldg((const uint2 *)(p8 + off));
+        w[0][0] = a.x, w[0][1] = a.y, w[1][0] = c.x, w[1][1] = c.y;
+    } else {
+        const uint4 a = __ldg((const uint4 *)(p0 + off)), c = __ldg((const uint4 *)(p8 + off));
+        w[0][0] = a.x, w[0][1] = a.y, w[0][2] = a.z, w[0][3] = a.w;
+        w[1][0] = c.x, w[1][1] = c.y, w[1][2] = c.z, w[1][3] = c.w;
+    }
+}
+
+/* 4-bit: lane t's share of the scales and biases of units u, u+1, u+2, u+3 of the slice (unit u + t,
+ * rows og and og8): sb = {s(og), s(og8), b(og), b(og8)}; handed to the quad by shuffles when used. */
+template <int Q>
+__device__ __forceinline__ void gt_sload(float (&sb)[4], const qweight &W, int64_t og, int64_t og8, int64_t u_abs,
+                                         int64_t u_end, int t) {
+    const int64_t gpr = W.n_in / Q, u = u_abs + t < u_end ? u_abs + t : u_end - 1;
+    const int64_t gi = u * 64 / Q;
+    sb[0] = load_as_f32(W.scales, W.sb_fmt, og * gpr + gi);
+    sb[1] = load_as_f32(W.scales, W.sb_fmt, og8 * gpr + gi);
+    sb[2] = load_as_f32(W.biases, W.sb_fmt, og * gpr + gi);
+    sb[3] = load_as_f32(W.biases, W.sb_fmt, og8 * gpr + gi);
+}
+
+/* The MMAs of one unit's k-steps on one row tile (bx: its staged B fragments, lane's first). */
+template <int KSU>
+__device__ __forceinline__ void gt_ksteps(float (&c)[4], const uint32_t (&a)[2][2 * KSU], const uint4 *bx) {
+#pragma unroll
+    for (int jp = 0; jp < KSU / 2; jp++) {
+        const uint4 f = bx[jp * 32];
+        const int j = 2 * jp;
+        gt_mma(c, a[0][2 * j], a[1][2 * j], a[0][2 * j + 1], a[1][2 * j + 1], f.x, f.y);
+        gt_mma(c, a[0][2 * j + 2], a[1][2 * j + 2], a[0][2 * j + 3], a[1][2 * j + 3], f.z, f.w);
+    }
+}
+
+/* THE arithmetic of one unit over nt row tiles: 4-bit folds it into acc[T][0] (output og, row 4T + t)
+ * and acc[T][1] (og8); bf16 accumulates the raw MMA sums in acc[T][0..3]. */
+template <int Q, int NT>
+__device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const float (&sb)[4], int src,
+                                        const uint4 *sx, const float *sX, int us, int u, int nt, float (&acc)[NT][4],
+                                        int lane) {
+    typedef gt_cfg<Q> C;
     uint32_t a[2][2 * C::KSU];
+    float s0 = 0.0f, s1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
     if constexpr (Q != 0) {
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int p = 0; p < 8; p++) a[r][p] = gt_codes(w[r][p >> 2], p & 3);
+        s0 = __shfl_sync(0xffffffffu, sb[0], src);
+        s1 = __shfl_sync(0xffffffffu, sb[1], src);
+        b0 = __shfl_sync(0xffffffffu, sb[2], src);
+        b1 = __shfl_sync(0xffffffffu, sb[3], src);
     } else {
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -236,79 +206,49 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
             for (int p = 0; p < 4; p++) a[r][p] = w[r][p];
     }
 #pragma unroll
-    for (int tile = 0; tile < 4; tile++) {
-        if (tile >= nt) break; /* uniform */
-        float P[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if constexpr (Q == 0) {
-#pragma unroll
-            for (int c = 0; c < 4; c++) P[c] = acc[tile][c];
-        }
-#pragma unroll
-        for (int j = 0; j < C::KSU; j++) {
-            const uint4 f = sx[((u * C::KSU + j) * GT_RC + tile * 8 + g) * 4 + t];
-            gt_mma(P, a[0][2 * j], a[1][2 * j], a[0][2 * j + 1], a[1][2 * j + 1], f.x, f.y);
-            gt_mma(P, a[0][2 * j], a[1][2 * j], a[0][2 * j + 1], a[1][2 * j + 1], f.z, f.w);
-        }
+    for (int T = 0; T < NT; T++) {
+        if (T >= nt) break; /* uniform */
+        const uint4 *bx = sx + (size_t)(T * us + u) * C::SXU + lane;
         if constexpr (Q != 0) {
-            const float X0 = sX[(tile * 8 + 2 * t) * UPC + u], X1 = sX[(tile * 8 + 2 * t + 1) * UPC + u];
-            acc[tile][0] = fmaf(s0, P[0], fmaf(b0, X0, acc[tile][0]));
-            acc[tile][1] = fmaf(s0, P[1], fmaf(b0, X1, acc[tile][1]));
-            acc[tile][2] = fmaf(s1, P[2], fmaf(b1, X0, acc[tile][2]));
-            acc[tile][3] = fmaf(s1, P[3], fmaf(b1, X1, acc[tile][3]));
+            float P[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            gt_ksteps<C::KSU>(P, a, bx);
+            const float X = sX[(T * us + u) * 4 + (lane & 3)];
+            acc[T][0] = fmaf(s0, P[0] + P[1], fmaf(b0, X, acc[T][0]));
+            acc[T][1] = fmaf(s1, P[2] + P[3], fmaf(b1, X, acc[T][1]));
         } else {
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[tile][c] = P[c];
+            gt_ksteps<C::KSU>(acc[T], a, bx);
         }
     }
 }
 
-/* MMAs of one chunk (nu units, nt row tiles) into acc[tile][c]. */
-template <int Q>
-__device__ __forceinline__ void gt_compute(const gt_wbuf<Q> &b, const uint4 *sx, const float *sX, int nu, int nt,
-                                           float (&acc)[4][4], int lane) {
-#pragma unroll
-    for (int u = 0; u < GT_UPC; u++) {
-        if (u >= nu) break; /* uniform */
-        float s0 = 0.0f, s1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
-        if constexpr (Q != 0) {
-            const int src = (lane & ~3) + (u & 3);
-            s0 = __shfl_sync(0xffffffffu, b.sc[u >> 2][0], src);
-            s1 = __shfl_sync(0xffffffffu, b.sc[u >> 2][1], src);
-            b0 = __shfl_sync(0xffffffffu, b.bi[u >> 2][0], src);
-            b1 = __shfl_sync(0xffffffffu, b.bi[u >> 2][1], src);
-        }
-        gt_unit<Q, GT_UPC>(b.w[u], s0, s1, b0, b1, sx, sX, u, nt, acc, lane);
-    }
-}
-
-/* Writes acc (the slice's sums) and, with S > 1, the last block of (output block, row
- * chunk) to arrive sums the S partials in the order s = 0..S-1 and resets the ticket. */
-__device__ __forceinline__ void gt_finish(const float (&acc)[4][4], int n, const qweight &W, float *__restrict__ y,
+/* Writes the slice's sums and, with S > 1, the last block of (output block, row chunk) to arrive
+ * sums the S partials in the order s = 0..S-1 and resets the ticket. */
+template <int Q, int NT>
+__device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
-                                          int nt, int64_t ob, int64_t og, bool wact, int t, int *last) {
-    /* acc[tile]: {out og, row 2t}, {og, 2t+1}, {og+8, 2t}, {og+8, 2t+1} of the tile */
+                                          int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last) {
     float *dst = S > 1 ? part + (int64_t)s * n * W.n_out : y;
+    const int g = lane >> 2, t = lane & 3;
     if (wact) {
 #pragma unroll
-        for (int tile = 0; tile < 4; tile++) {
-            if (tile >= nt) break;
-            const int ra = row0 + tile * 8 + 2 * t;
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int r = ra + (c & 1);
-                const int64_t o = og + (c >> 1) * 8;
-                if (r < n && o < W.n_out) dst[(int64_t)r * W.n_out + o] = acc[tile][c];
+        for (int T = 0; T < NT; T++) {
+            if (T >= nt) break;
+            const int r = row0 + 4 * T + t;
+            const float v0 = Q ? acc[T][0] : acc[T][0] + acc[T][1], v1 = Q ? acc[T][1] : acc[T][2] + acc[T][3];
+            if (r < n) {
+                if (o0 + g < W.n_out) dst[(int64_t)r * W.n_out + o0 + g] = v0;
+                if (o0 + g + 8 < W.n_out) dst[(int64_t)r * W.n_out + o0 + g + 8] = v1;
             }
         }
     }
     if (S == 1) return;
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) *last = atomicAdd(&tick[blockIdx.x], 1u) == (unsigned)(S - 1);
+    if (threadIdx.x == 0) *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);
     __syncthreads();
     if (!*last) return;
     __threadfence();
-    const int rows_here = min(GT_RC, n - row0);
+    const int rows_here = min(4 * NT, n - row0);
     for (int i = threadIdx.x; i < GT_OUT * rows_here; i += GT_THREADS) {
         const int64_t o = ob * GT_OUT + (i % GT_OUT), r = row0 + i / GT_OUT;
         if (o >= W.n_out) continue;
@@ -317,53 +257,94 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[4][4], int n, const
         for (int q = 1; q < S; q++) v += __ldcg(part + q * stride + idx);
         y[idx] = v;
     }
-    if (threadIdx.x == 0) tick[blockIdx.x] = 0; /* ready for the next call */
+    if (threadIdx.x == 0) tick[bx] = 0; /* ready for the next call */
 }
 
-template <int Q>
+/* One launch for up to GT_JOB weights that share the input rows (the projections of one block): block
+ * b belongs to weight i when start[i] <= b < start[i + 1], and each weight keeps its own split, partials
+ * and tickets, so its results are bitwise those of a launch of its own. */
+#define GT_JOB 4
+struct gt_job {
+    qweight W[GT_JOB];
+    float *y[GT_JOB], *part[GT_JOB];
+    unsigned *tick[GT_JOB];
+    int S[GT_JOB], start[GT_JOB + 1];
+    int count;
+};
+
+template <int Q, int NT>
 __global__ void __launch_bounds__(GT_THREADS, 2)
-    gemv_tc_kernel(const float *__restrict__ x, int n, qweight W, float *__restrict__ y, float *__restrict__ part,
-                   unsigned *__restrict__ tick, int S) {
+    gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
+    constexpr int D = Q && NT == 4 ? 4 : C::DEPTH; /* four tiles: more work per unit, fewer registers */
     extern __shared__ uint4 gt_smem[];
-    uint4 *sxb[2] = {gt_smem, gt_smem + C::SX_U4};
-    float *sXb[2] = {(float *)(gt_smem + 2 * C::SX_U4), (float *)(gt_smem + 2 * C::SX_U4) + GT_RC * GT_UPC};
     __shared__ int last;
 
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int n_rc = (n + GT_RC - 1) / GT_RC;
-    const int rc = blockIdx.x % n_rc, ob = blockIdx.x / n_rc, s = blockIdx.y;
-    const int row0 = rc * GT_RC;
-    const int nt = min(4, (n - row0 + 7) / 8), rows_used = nt * 8;
+    int i = 0; /* the block's weight: constant indices only, so the job stays in parameter space */
+#pragma unroll
+    for (int q = 1; q < GT_JOB; q++) i += q < job.count && (int)blockIdx.x >= job.start[q];
+    const qweight W = i == 0 ? job.W[0] : i == 1 ? job.W[1] : i == 2 ? job.W[2] : job.W[3];
+    float *const y = i == 0 ? job.y[0] : i == 1 ? job.y[1] : i == 2 ? job.y[2] : job.y[3];
+    float *const part = i == 0 ? job.part[0] : i == 1 ? job.part[1] : i == 2 ? job.part[2] : job.part[3];
+    unsigned *const tick = i == 0 ? job.tick[0] : i == 1 ? job.tick[1] : i == 2 ? job.tick[2] : job.tick[3];
+    const int S = i == 0 ? job.S[0] : i == 1 ? job.S[1] : i == 2 ? job.S[2] : job.S[3];
+    const int b0 = i == 0 ? job.start[0] : i == 1 ? job.start[1] : i == 2 ? job.start[2] : job.start[3];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+    const int n_rc = (n + 4 * NT - 1) / (4 * NT);
+    const int64_t n_ob = (W.n_out + GT_OUT - 1) / GT_OUT;
+    const int local = (int)blockIdx.x - b0, bx = (int)(local % (n_ob * n_rc)), s = (int)(local / (n_ob * n_rc));
+    const int rc = bx % n_rc;
+    const int64_t ob = bx / n_rc;
+    const int row0 = rc * 4 * NT;
+    const int nt = min(NT, (n - row0 + 3) / 4);
     const int64_t K = W.n_in, U = K / C::UK;
     const int64_t u_begin = s * U / S, u_end = (s + 1) * U / S;
-    const int nc = (int)((u_end - u_begin + GT_UPC - 1) / GT_UPC);
-    const int64_t o0 = (int64_t)ob * GT_OUT + warp * 16, og = o0 + g;
-    const bool vg = og < W.n_out, vg8 = og + 8 < W.n_out, wact = o0 < W.n_out;
+    const int us = (int)(u_end - u_begin);
+    const int64_t o0 = ob * GT_OUT + warp * 16;
+    const bool wact = o0 < W.n_out;
+    const int64_t og = min(o0 + (lane >> 2), W.n_out - 1), og8 = min(o0 + (lane >> 2) + 8, W.n_out - 1);
+    const int64_t row_bytes = Q ? K / 2 : K * 2;
+    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + u_begin * C::UB;
+    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + u_begin * C::UB;
 
-    float acc[4][4];
+    /* the ring's first loads go out before the staging, so their latency overlaps it */
+    uint32_t w[D][2][C::WPU];
+    float sb[D / 4][4];
+    if (wact) {
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+        for (int d = 0; d < D; d++)
+            if (d < us) gt_wload<Q>(w[d], p0, p8, d, t);
+        if constexpr (Q != 0) {
 #pragma unroll
-        for (int c = 0; c < 4; c++) acc[i][c] = 0.0f;
-
-    gt_wbuf<Q> wa, wb;
-#define GT_NU(c) ((int)min((int64_t)GT_UPC, u_end - (u_begin + (int64_t)(c) * GT_UPC)))
-    if (wact) gt_load<Q>(wa, W, og, vg, vg8, u_begin, GT_NU(0), t);
-    for (int c = 0; c < nc; c += 2) {
-        /* chunk c from wa (buffer 0), chunk c + 1 from wb (buffer 1); the next chunk's loads go out first */
-        if (wact && c + 1 < nc) gt_load<Q>(wb, W, og, vg, vg8, u_begin + (int64_t)(c + 1) * GT_UPC, GT_NU(c + 1), t);
-        gt_stage<Q>(x, n, K, row0, rows_used, u_begin + (int64_t)c * GT_UPC, u_end, sxb[0], sXb[0]);
-        __syncthreads();
-        if (wact) gt_compute<Q>(wa, sxb[0], sXb[0], GT_NU(c), nt, acc, lane);
-        if (c + 1 >= nc) break;
-        if (wact && c + 2 < nc) gt_load<Q>(wa, W, og, vg, vg8, u_begin + (int64_t)(c + 2) * GT_UPC, GT_NU(c + 2), t);
-        gt_stage<Q>(x, n, K, row0, rows_used, u_begin + (int64_t)(c + 1) * GT_UPC, u_end, sxb[1], sXb[1]);
-        __syncthreads();
-        if (wact) gt_compute<Q>(wb, sxb[1], sXb[1], GT_NU(c + 1), nt, acc, lane);
+            for (int q = 0; q < D / 4; q++)
+                if (4 * q < us) gt_sload<Q>(sb[q], W, og, og8, u_begin + 4 * q, u_end, t);
+        }
     }
-#undef GT_NU
-    gt_finish(acc, n, W, y, part, tick, S, s, row0, nt, ob, og, wact, t, &last);
+    uint4 *sx = gt_smem;
+    float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
+    gt_stage<Q>(x, n, K, row0, nt, u_begin, us, sx, sX);
+    __syncthreads();
+
+    float acc[NT][4];
+#pragma unroll
+    for (int T = 0; T < NT; T++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
+    if (wact) {
+        for (int base = 0; base < us; base += D) {
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                const int u = base + d;
+                if (u >= us) break; /* uniform */
+                gt_unit<Q, NT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), sx, sX, us, u, nt, acc, lane);
+                if (u + D < us) gt_wload<Q>(w[d], p0, p8, u + D, t);
+                if constexpr (Q != 0) /* the group of units u-3..u is used up: load the one D units later */
+                    if ((d & 3) == 3 && u + D - 3 < us) gt_sload<Q>(sb[d / 4], W, og, og8, u_begin + u + D - 3, u_end, t);
+            }
+        }
+    }
+    gt_finish<Q, NT>(acc, n, W, y, part, tick, S, s, row0, nt, ob, o0, wact, lane, bx, &last);
 }
 
 /* Which tensor-core kernel a weight takes (-1: none): a property of the weight alone. */
@@ -375,17 +356,38 @@ static inline int gemv_tc_kind(const qweight *W) {
     return -1;
 }
 
-/* K slices: a function of the weight's shape only. Enough blocks to fill the GPU (~256), each slice
- * at least one chunk. */
+static inline int gemv_tc_unit_k(int kind) { return kind ? 64 : 32; }
+static inline size_t gemv_tc_tile_unit_bytes(int kind) {
+    return kind ? (size_t)gt_cfg<64>::TILE_UNIT_BYTES : (size_t)gt_cfg<0>::TILE_UNIT_BYTES;
+}
+
+/* K slices: a function of the weight's shape only. Enough blocks to fill the GPU about twice
+ * (GT_BLOCKS), each slice at least GT_MIN_SLICE units, and always few enough units per slice that one
+ * tile of staged rows fits the shared memory. */
 static inline int gemv_tc_split(const qweight *W, int kind) {
-    const int64_t U = W->n_in / (kind ? 64 : 32), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
+    const int64_t U = W->n_in / gemv_tc_unit_k(kind), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
+    const size_t tub = gemv_tc_tile_unit_bytes(kind);
     int S = 1;
-    while (S * 2 <= GT_MAX_SPLIT && ob * S < GT_BLOCKS && U / (S * 2) >= GT_UPC) S *= 2;
+    while (S < GT_MAX_SPLIT &&
+           ((size_t)((U + S - 1) / S) * tub > GT_SMEM_MAX || (ob * S < GT_BLOCKS && U / (S * 2) >= GT_MIN_SLICE)))
+        S *= 2;
     return S;
 }
 
-static inline size_t gemv_tc_smem(int kind) {
-    return kind == 0 ? gt_cfg<0>::SMEM : kind == 64 ? gt_cfg<64>::SMEM : gt_cfg<128>::SMEM;
+/* Row tiles per block for n rows: as many as n needs (1, 2 or 4) while the staged slice fits. */
+static inline int gemv_tc_tiles(const qweight *W, int kind, int n) {
+    const int64_t U = W->n_in / gemv_tc_unit_k(kind);
+    const int S = gemv_tc_split(W, kind);
+    const size_t slice = (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind);
+    int nt = 1;
+    while (nt < 4 && nt * 4 < n && slice * (size_t)(nt * 2) <= GT_SMEM_MAX) nt *= 2;
+    return nt;
+}
+
+static inline size_t gemv_tc_smem(const qweight *W, int kind, int nt) {
+    const int64_t U = W->n_in / gemv_tc_unit_k(kind);
+    const int S = gemv_tc_split(W, kind);
+    return (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind) * (size_t)nt;
 }
 
 /* Scratch a call needs: partial floats (S > 1) and ticket counters (zeroed once; each call leaves them
@@ -395,30 +397,61 @@ static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
     return S > 1 ? (size_t)S * (size_t)n * (size_t)W->n_out : 0;
 }
 static inline size_t gemv_tc_ticks(const qweight *W, int n) {
-    return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + GT_RC - 1) / GT_RC);
+    const int kind = gemv_tc_kind(W), rb = 4 * gemv_tc_tiles(W, kind, n);
+    return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + rb - 1) / rb);
 }
 
 /* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */
-template <typename F> static inline cudaError_t gt_attr(F *f, size_t smem, cudaError_t e) {
-    return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) : e;
+template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
+    return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
-static inline cudaError_t gemv_tc_init(void) {
-    cudaError_t e = gt_attr(gemv_tc_kernel<0>, gt_cfg<0>::SMEM, cudaSuccess);
-    e = gt_attr(gemv_tc_kernel<64>, gt_cfg<64>::SMEM, e);
-    return gt_attr(gemv_tc_kernel<128>, gt_cfg<128>::SMEM, e);
+template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
+    e = gt_attr(gemv_tc_kernel<Q, 1>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 2>, e);
+    return gt_attr(gemv_tc_kernel<Q, 4>, e);
+}
+static inline cudaError_t gemv_tc_init(void) { return gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess))); }
+
+template <int Q>
+static inline void gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_t st, const float *x, int n,
+                               const gt_job &job) {
+    if (nt == 1) gemv_tc_kernel<Q, 1><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    else if (nt == 2) gemv_tc_kernel<Q, 2><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    else gemv_tc_kernel<Q, 4><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
 }
 
-/* Launches the kernel of `kind` (gemv_tc_kind) on n rows; part and tick as gemv_tc_part_floats and
- * gemv_tc_ticks ask. Returns the launch error. */
+/* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
+ * weights sharing x; part[i] and tick[i] as gemv_tc_part_floats and gemv_tc_ticks ask for W[i].
+ * Returns the launch error. */
+static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
+                                               float *const *y, float *const *part, unsigned *const *tick,
+                                               cudaStream_t st) {
+    if (count < 1 || count > GT_JOB) return cudaErrorInvalidValue;
+    gt_job job;
+    memset(&job, 0, sizeof job);
+    int nt = 4;
+    size_t smem = 0;
+    for (int i = 0; i < count; i++) nt = min(nt, gemv_tc_tiles(W[i], kind, n));
+    int64_t blocks = 0;
+    for (int i = 0; i < count; i++) {
+        job.W[i] = *W[i], job.y[i] = y[i], job.part[i] = part[i], job.tick[i] = tick[i];
+        job.S[i] = gemv_tc_split(W[i], kind);
+        job.start[i] = (int)blocks;
+        blocks += ((W[i]->n_out + GT_OUT - 1) / GT_OUT) * ((n + 4 * nt - 1) / (4 * nt)) * job.S[i];
+        smem = std::max(smem, gemv_tc_smem(W[i], kind, nt));
+    }
+    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
+    job.start[count] = (int)blocks;
+    job.count = count;
+    if (kind == 0) gt_launch_q<0>(nt, (unsigned)blocks, smem, st, x, n, job);
+    else if (kind == 64) gt_launch_q<64>(nt, (unsigned)blocks, smem, st, x, n, job);
+    else gt_launch_q<128>(nt, (unsigned)blocks, smem, st, x, n, job);
+    return cudaGetLastError();
+}
+
 static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,
                                          unsigned *tick, cudaStream_t st) {
-    const int S = gemv_tc_split(W, kind);
-    dim3 grid((unsigned)(((W->n_out + GT_OUT - 1) / GT_OUT) * ((n + GT_RC - 1) / GT_RC)), (unsigned)S);
-    const size_t smem = gemv_tc_smem(kind);
-    if (kind == 0) gemv_tc_kernel<0><<<grid, GT_THREADS, smem, st>>>(x, n, *W, y, part, tick, S);
-    else if (kind == 64) gemv_tc_kernel<64><<<grid, GT_THREADS, smem, st>>>(x, n, *W, y, part, tick, S);
-    else gemv_tc_kernel<128><<<grid, GT_THREADS, smem, st>>>(x, n, *W, y, part, tick, S);
-    return cudaGetLastError();
+    return gemv_tc_launch_multi(kind, x, n, 1, &W, &y, &part, &tick, st);
 }
 
 /* SIMT decode kernel for 4-bit affine weights the tensor-core kernel does not take (group 32) and bf16

@@ -5,17 +5,27 @@
  * place) is safe. */
 #include "cuda_common.cuh"
 
-#define NORM_THREADS 128
+#define NORM_THREADS 256
 
-__global__ void rmsnorm_kernel(const float *x, int64_t xs, const float *__restrict__ w, int dim, float eps,
-                               float *y, int64_t ys) {
+/* Thread j owns elements 4 (j + NORM_THREADS i) + c, c = 0..3, and sums their squares in that order:
+ * contiguous quads (a warp's four loads cover whole sectors), unrolled so that a thread's loads go out
+ * together, and the same for every vector count (EXACT(batch)). */
+#define NORM_EACH(e, dim, body)                                                        \
+    _Pragma("unroll 4") for (int q_ = 4 * (int)threadIdx.x; q_ < (dim); q_ += 4 * NORM_THREADS) \
+        _Pragma("unroll") for (int c_ = 0; c_ < 4; c_++) {                             \
+            const int e = q_ + c_;                                                     \
+            if (e < (dim)) { body; }                                                   \
+        }
+
+__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const float *x, int64_t xs, const float *__restrict__ w,
+                                                               int dim, float eps, float *y, int64_t ys) {
     __shared__ float red[33];
     const float *xv = x + (int64_t)blockIdx.x * xs;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) ss = fmaf(xv[i], xv[i], ss);
+    NORM_EACH(e, dim, ss = fmaf(xv[e], xv[e], ss));
     const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
     float *yv = y + (int64_t)blockIdx.x * ys;
-    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) yv[i] = xv[i] * scale * w[i];
+    NORM_EACH(e, dim, yv[e] = xv[e] * scale * w[e]);
 }
 
 qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float *w, int64_t n_vec, int dim,
@@ -29,24 +39,18 @@ qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float
 
 /* x += r then rmsnorm, one block per vector: each thread adds, squares and scales exactly the
  * elements rmsnorm_kernel would give it, so the result is bitwise add_kernel then rmsnorm_kernel. */
-__global__ void add_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ r, const float *__restrict__ w,
-                                   int dim, float eps, float *__restrict__ y) {
+__global__ void __launch_bounds__(NORM_THREADS) add_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ r,
+                                                                   const float *__restrict__ w, int dim, float eps,
+                                                                   float *__restrict__ y) {
     __shared__ float red[33];
     float *__restrict__ xv = x + (int64_t)blockIdx.x * dim;
     const float *__restrict__ rv = r + (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
-    /* x, r, y never alias (the model's residual, block output and norm output), so the loads of later
-     * elements may go out before earlier stores: one latency per few elements, not one per element */
-#pragma unroll 8
-    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) {
-        const float v = xv[i] + rv[i];
-        xv[i] = v;
-        ss = fmaf(v, v, ss);
-    }
+    /* x, r, y never alias (the model's residual, block output and norm output) */
+    NORM_EACH(e, dim, const float v = xv[e] + rv[e]; xv[e] = v; ss = fmaf(v, v, ss));
     const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
     float *yv = y + (int64_t)blockIdx.x * dim;
-#pragma unroll 8
-    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) yv[i] = xv[i] * scale * w[i];
+    NORM_EACH(e, dim, yv[e] = xv[e] * scale * w[e]);
 }
 
 qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim, float eps,
@@ -58,15 +62,15 @@ qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w,
     return Q_OK;
 }
 
-__global__ void gated_rmsnorm_kernel(const float *x, const float *__restrict__ z, const float *__restrict__ w,
-                                     int dim, float eps, float *y) {
+__global__ void __launch_bounds__(NORM_THREADS) gated_rmsnorm_kernel(const float *x, const float *__restrict__ z,
+                                                                     const float *__restrict__ w, int dim, float eps,
+                                                                     float *y) {
     __shared__ float red[33];
     const int64_t base = (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < dim; i += NORM_THREADS) ss = fmaf(x[base + i], x[base + i], ss);
+    NORM_EACH(e, dim, ss = fmaf(x[base + e], x[base + e], ss));
     const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += NORM_THREADS)
-        y[base + i] = x[base + i] * scale * w[i] * silu_f(z[base + i]);
+    NORM_EACH(e, dim, y[base + e] = x[base + e] * scale * w[e] * silu_f(z[base + e]));
 }
 
 qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const float *w, int64_t n_vec,
