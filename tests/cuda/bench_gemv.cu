@@ -298,7 +298,7 @@ int main(void) {
                         us[which] = median_us(t);
                     }
                     const double gbs = wbytes / (us[1] * 1e-6) / 1e9;
-                    char shp[32];
+                    char shp[48];
                     snprintf(shp, sizeof shp, "%lldx%lld", (long long)N, (long long)K);
                     printf("%-13s %-6s %3d %3d | %8.1f %8.1f | %8.0f %6.1f%% | %5.2fx\n", shp, group ? "q4g64" : "bf16", n, S,
                            us[0], us[1], gbs, 100.0 * gbs / 4300.0, us[0] / us[1]);
