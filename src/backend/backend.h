@@ -85,6 +85,12 @@ typedef struct qbackend_ops {
     /* y[n][W->n_out] = x[n][W->n_in] . W^T, for decode rows (and draft blocks). */
     qstatus (*matmul)(qbackend *be, const float *x, int n, const qweight *W, float *y);
 
+    /* Optional (NULL: call matmul per weight): y[i] = x . W[i]^T for count <= 4 weights that share the
+     * decode rows x (a block's projections), in one pass over the GPU; each y[i] bitwise what
+     * matmul(x, n, W[i], y[i]) gives. */
+    qstatus (*matmul_multi)(qbackend *be, const float *x, int n, int count, const qweight *const *W,
+                            float *const *y);
+
     /* The same product for prompt rows (QROW_PREFILL). A backend may use other arithmetic here than in
      * matmul (a tiled GEMM instead of a GEMV), as long as each row's result still does not depend on
      * n: the model picks between the two by the kind of row, never by the size of the batch, so

@@ -310,19 +310,30 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
     return Q_OK;
 }
 
-/* y = x . W^T over the batch's rows: prompt rows through matmul_prefill, decode rows through matmul.
- * EXACT(batch): the kernel is chosen by the kind of row, never by how many rows there are. */
-static qstatus mm(qwen35_model *m, const float *x, const qweight *W, float *y) {
+/* y[i] = x . W[i]^T for weights that share the rows x: decode ranges in one pass where the backend has
+ * matmul_multi (bitwise the same as one matmul each). */
+static qstatus mm_multi(qwen35_model *m, const float *x, int count, const qweight *const *W, float *const *y) {
     const qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     for (int r = 0; r < s->n_ranges; r++) {
-        int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
-        const float *xr = x + (int64_t)r0 * W->n_in;
-        float *yr = y + (int64_t)r0 * W->n_out;
-        Q_TRY(s->range_prefill[r] ? be->ops->matmul_prefill(be, xr, len, W, yr) : be->ops->matmul(be, xr, len, W, yr));
+        const int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
+        const float *xr = x + (int64_t)r0 * W[0]->n_in;
+        float *yr[4];
+        for (int i = 0; i < count; i++) yr[i] = y[i] + (int64_t)r0 * W[i]->n_out;
+        if (!s->range_prefill[r] && be->ops->matmul_multi) {
+            Q_TRY(be->ops->matmul_multi(be, xr, len, count, W, yr));
+            continue;
+        }
+        for (int i = 0; i < count; i++)
+            Q_TRY(s->range_prefill[r] ? be->ops->matmul_prefill(be, xr, len, W[i], yr[i])
+                                      : be->ops->matmul(be, xr, len, W[i], yr[i]));
     }
     return Q_OK;
 }
+
+/* y = x . W^T over the batch's rows: prompt rows through matmul_prefill, decode rows through matmul.
+ * EXACT(batch): the kernel is chosen by the kind of row, never by how many rows there are. */
+static qstatus mm(qwen35_model *m, const float *x, const qweight *W, float *y) { return mm_multi(m, x, 1, &W, &y); }
 
 /* §2.3 gated full attention over all rows; output in s->out. */
 static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state *const *states) {
@@ -331,9 +342,9 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const int D = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads;
-    Q_TRY(mm(m, s->h, &w->q_proj, s->qg)); /* per head [query | gate] */
-    Q_TRY(mm(m, s->h, &w->k_proj, s->k));
-    Q_TRY(mm(m, s->h, &w->v_proj, s->v));
+    const qweight *W[3] = {&w->q_proj, &w->k_proj, &w->v_proj};
+    float *const Y[3] = {s->qg, s->k, s->v}; /* qg: per head [query | gate] */
+    Q_TRY(mm_multi(m, s->h, 3, W, Y));
     Q_TRY(be->ops->rmsnorm(be, s->qg, 2 * D, w->q_norm, (int64_t)n * nq, D, c->rms_eps, s->q, D));
     Q_TRY(be->ops->rmsnorm(be, s->k, D, w->k_norm, (int64_t)n * nkv, D, c->rms_eps, s->k, D));
     Q_TRY(be->ops->rope(be, s->q, n, nq, D, c->rot_dim, s->pos, c->rope_theta));
@@ -355,10 +366,9 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim};
-    Q_TRY(mm(m, s->h, &w->in_proj_qkv, s->qkv));
-    Q_TRY(mm(m, s->h, &w->in_proj_z, s->z));
-    Q_TRY(mm(m, s->h, &w->in_proj_b, s->b));
-    Q_TRY(mm(m, s->h, &w->in_proj_a, s->a));
+    const qweight *W[4] = {&w->in_proj_qkv, &w->in_proj_z, &w->in_proj_b, &w->in_proj_a};
+    float *const Y[4] = {s->qkv, s->z, s->b, s->a};
+    Q_TRY(mm_multi(m, s->h, 4, W, Y));
     for (int i = 0; i < n_seqs; i++) {
         s->p0[i] = states[s->seq_stream[i]]->conv[l];
         s->p1[i] = states[s->seq_stream[i]]->S[l];
@@ -377,8 +387,9 @@ static qstatus mlp_block(qwen35_model *m, int l, int n) {
     const qwen35_layer *L = &m->w.layers[l];
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
-    Q_TRY(mm(m, s->h, &L->gate_proj, s->gate));
-    Q_TRY(mm(m, s->h, &L->up_proj, s->up));
+    const qweight *W[2] = {&L->gate_proj, &L->up_proj};
+    float *const Y[2] = {s->gate, s->up};
+    Q_TRY(mm_multi(m, s->h, 2, W, Y));
     Q_TRY(be->ops->swiglu(be, s->gate, s->up, (int64_t)n * m->cfg.intermediate, s->gate));
     return mm(m, s->gate, &L->down_proj, s->out);
 }

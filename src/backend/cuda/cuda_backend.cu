@@ -136,6 +136,7 @@ static qbackend_ops make_ops(void) {
     o.embed = cuda_embed;
     o.rmsnorm = cuda_rmsnorm;
     o.matmul = cuda_matmul;
+    o.matmul_multi = cuda_matmul_multi;
     o.matmul_prefill = cuda_matmul_prefill;
     o.rope = cuda_rope;
     o.attention = cuda_attention;

@@ -58,16 +58,15 @@ void cu_gemv_free(cuda_state *s) {
     s->gemv = NULL;
 }
 
-/* The tensor-core kernel's scratch for W on n rows: grows (after the stream drains) and never shrinks.
- * New ticket counters start at zero; every call leaves them at zero. */
-static qstatus cu_gemv_scratch(qbackend *be, const qweight *W, int n, float **part, unsigned **tick) {
+/* The tensor-core kernel's scratch: need_p partial floats and need_t ticket counters; grows (after the
+ * stream drains) and never shrinks. New ticket counters start at zero; every call leaves them at zero. */
+static qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, float **part, unsigned **tick) {
     cuda_state *s = (cuda_state *)be->impl;
     if (!s->gemv) {
         s->gemv = (struct cu_gemv *)calloc(1, sizeof *s->gemv);
         if (!s->gemv) return q_fail(Q_ENOMEM, "cuda matmul: out of memory");
     }
     struct cu_gemv *g = s->gemv;
-    const size_t need_p = gemv_tc_part_floats(W, n), need_t = gemv_tc_ticks(W, n);
     if (!g->attr_set || need_p > g->part_floats || need_t > g->ticks) CU_NOT_CAPTURING(s->stream, "matmul scratch");
     if (!g->attr_set) {
         CU_TRY(gemv_tc_init(), "matmul (shared memory limit)");
@@ -122,22 +121,23 @@ static int gemv_chunk(const qweight *W) {
     return 0;
 }
 
+/* The checks every tensor-core call makes; kind is gemv_tc_kind(W). */
+static qstatus tc_check(const float *x, int n, const qweight *W) {
+    if ((((uintptr_t)x | (uintptr_t)W->w) & 15)) /* never fall back: the kernel is the weight's */
+        return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
+    if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n) > 2147483647u)
+        return q_fail(Q_EINVAL, "cuda matmul: %d rows x %lld outputs is too large", n, (long long)W->n_out);
+    return Q_OK;
+}
+
 qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float *y) {
     if (n <= 0) return Q_OK;
     Q_TRY(check_weight(W));
     const int kind = gemv_tc_kind(W);
-    const int ch = kind < 0 ? gemv_chunk(W) : 0;
-    if ((kind >= 0 || ch) && (((uintptr_t)x | (uintptr_t)W->w) & 15)) /* never fall back: the kernel is the weight's */
+    if (kind >= 0) return cuda_matmul_multi(be, x, n, 1, &W, &y);
+    const int ch = gemv_chunk(W);
+    if (ch && (((uintptr_t)x | (uintptr_t)W->w) & 15))
         return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
-    if (kind >= 0) {
-        if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n) > 2147483647u)
-            return q_fail(Q_EINVAL, "cuda matmul: %d rows x %lld outputs is too large", n, (long long)W->n_out);
-        float *part = NULL;
-        unsigned *tick = NULL;
-        Q_TRY(cu_gemv_scratch(be, W, n, &part, &tick));
-        CU_TRY(gemv_tc_launch(kind, x, n, W, y, part, tick, cu_stream(be)), "matmul (tensor-core gemv)");
-        return Q_OK;
-    }
     if (ch) {
         dim3 grid(cu_blocks(W->n_out, GV_WARPS), cu_blocks(n, GV_ROWS));
         if (ch == 8) gemv_kernel<8><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);
@@ -148,5 +148,36 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     dim3 grid((unsigned)W->n_out, cu_blocks(n, MM_ROWS));
     matmul_kernel<<<grid, MM_THREADS, 0, cu_stream(be)>>>(x, n, *W, y);
     CU_LAUNCHED("matmul");
+    return Q_OK;
+}
+
+/* Weights of one tensor-core kind go out in one launch (each keeping its own split, partials and
+ * tickets, so its outputs are bitwise those of its own launch); any other mix, one matmul each. */
+qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y) {
+    if (n <= 0) return Q_OK;
+    if (count < 1 || count > GT_JOB) return q_fail(Q_EINVAL, "cuda matmul_multi: %d weights (1..%d)", count, GT_JOB);
+    const int kind = gemv_tc_kind(W[0]);
+    int same = kind >= 0;
+    for (int i = 0; i < count; i++) {
+        Q_TRY(check_weight(W[i]));
+        if (W[i]->n_in != W[0]->n_in) return q_fail(Q_EINVAL, "cuda matmul_multi: weights of different n_in");
+        same &= gemv_tc_kind(W[i]) == kind;
+    }
+    if (!same) {
+        for (int i = 0; i < count; i++) Q_TRY(cuda_matmul(be, x, n, W[i], y[i]));
+        return Q_OK;
+    }
+    size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
+    for (int i = 0; i < count; i++) {
+        Q_TRY(tc_check(x, n, W[i]));
+        off_p[i] = need_p, off_t[i] = need_t;
+        need_p += gemv_tc_part_floats(W[i], n);
+        need_t += gemv_tc_ticks(W[i], n);
+    }
+    float *part = NULL, *parts[GT_JOB];
+    unsigned *tick = NULL, *ticks[GT_JOB];
+    Q_TRY(cu_gemv_scratch(be, need_p, need_t, &part, &tick));
+    for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
+    CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, cu_stream(be)), "matmul (tensor-core gemv)");
     return Q_OK;
 }

@@ -111,6 +111,19 @@ static qstatus p_matmul_prefill(qbackend *be, const float *x, int n, const qweig
     return timed_matmul("matmul_prefill", be, x, n, W, y, P.real->matmul_prefill);
 }
 
+static qstatus p_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y) {
+    char name[64];
+    int len = snprintf(name, sizeof name, "matmul_multi");
+    for (int i = 0; i < count && len < (int)sizeof name; i++)
+        len += snprintf(name + len, sizeof name - (size_t)len, "%s%lld", i ? "+" : " ", (long long)W[i]->n_out);
+    if (count > 0 && len < (int)sizeof name)
+        snprintf(name + len, sizeof name - (size_t)len, " x%lld %s", (long long)W[0]->n_in, fmt_name(W[0]));
+    const int k = begin(be, name);
+    const qstatus s = P.real->matmul_multi(be, x, n, count, W, y);
+    end(be, k);
+    return s;
+}
+
 #define TIMED(op, fn) timed<decltype(fn), fn, __LINE__>
 #define WRAP(op, fn)                          \
     do {                                      \
@@ -148,6 +161,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     o.graph_end = NULL;
     o.matmul = p_matmul;
     o.matmul_prefill = p_matmul_prefill;
+    if (o.matmul_multi) o.matmul_multi = p_matmul_multi;
     profiled = o;
     be->ops = &profiled;
     return Q_OK;
