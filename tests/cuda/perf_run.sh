@@ -6,7 +6,7 @@
 #   kernels  every tests/cuda/bench_*.sh;  gemv / gemm: only that bench;  tune: tests/cuda/tune_gemv.sh
 #   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
-#   profile  quill bench --profile: the per-op GPU time table of a decode step and of a prefill
+#   profile  quill bench --profile: the per-op GPU time table of a decode step (1 and 64 streams) and of a prefill
 # The summary ($OUT/summary.md) is written as the run goes, so a call cut short still brings it back;
 # logs go to $OUT/logs.tar.gz at the end.
 set -u
@@ -90,6 +90,8 @@ fi
 if has profile; then
   q 60 "profile ${m}q4: decode, 1 stream" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
     --contexts 0 --streams '' --steps 8
+  q 60 "profile ${m}q4: decode, 64 streams" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
+    --contexts '' --streams 64 --steps 8
   q 60 "profile ${m}q4: prefill 4096" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill 4096 \
     --prefill-chunk 4096 --contexts '' --streams ''
 fi

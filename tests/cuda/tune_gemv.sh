@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # tests/cuda/tune_gemv.sh: the decode matmul bench (bench_gemv.cu) built with several geometries
-# (cuda_gemv.cuh's GT_* knobs), n = 1, 16 and 64 rows, to pick the defaults. GPU only.
+# (cuda_gemv.cuh's GT_* knobs: tiles, blocks, slice, ring depth), n = 1, 16 and 64 rows, to pick the defaults. GPU only.
 set -u
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 dir=${OUT:-/tmp}/tune_gemv
 mkdir -p "$dir"
-variants=("base:" "upc8:-DGT_UPC=8" "w4:-DGT_WARPS=4" "blk512:-DGT_BLOCKS=512")
+variants=("base:" "nt4:-DGT_MAX_TILES=4" "blk256:-DGT_BLOCKS=256" "slice16:-DGT_MIN_SLICE=16" "d4:-DGT_DEPTH_Q4=4 -DGT_DEPTH_BF16=2")
 for v in "${variants[@]}"; do
   name=${v%%:*}; flags=${v#*:}
   "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc $flags tests/cuda/bench_gemv.cu \

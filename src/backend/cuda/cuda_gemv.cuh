@@ -22,7 +22,7 @@
  *   (a ticket counter) sums the S partials in the order s = 0..S-1; the counter is reset for the next
  *   call. A row's arithmetic depends on nothing but the weight and the row: EXACT(batch).
  * Geometry: a block is 8 warps, 128 outputs (16 per warp) x NT tiles of 4 rows x one K slice; NT (1,
- * 2 or 4) follows n and the shared memory a slice needs, and changes only which block computes a row.
+ * 2, 4 or 8) follows n and the shared memory a slice needs, and changes only which block computes a row.
  * blockIdx.x = output block * row chunks + row chunk (blocks sharing weights run together, so row
  * chunks after the first read W from L2); blockIdx.y = slice. A block stages x for its whole slice
  * in shared memory once, as ready-made B fragments (one barrier); each warp then streams its weights
@@ -40,7 +40,7 @@
 #define GT_WARPS 8
 #define GT_THREADS (GT_WARPS * 32)
 #define GT_OUT (GT_WARPS * 16) /* outputs per block */
-#define GT_RC 16               /* most rows per block: 4 tiles of 4 */
+#define GT_RC (4 * GT_MAX_TILES) /* most rows per block */
 #define GT_MAX_SPLIT 16
 #ifndef GT_BLOCKS
 #define GT_BLOCKS 512 /* blocks the split aims for (about 2 per SM, twice) */
@@ -49,6 +49,15 @@
 #define GT_MIN_SLICE 8 /* units a slice keeps at least */
 #endif
 #define GT_SMEM_MAX (100 * 1024) /* two blocks per SM */
+#ifndef GT_DEPTH_Q4
+#define GT_DEPTH_Q4 8 /* 4-bit units in flight per warp: 128 bytes per lane */
+#endif
+#ifndef GT_DEPTH_BF16
+#define GT_DEPTH_BF16 4 /* bf16 units in flight per warp: 128 bytes per lane */
+#endif
+#ifndef GT_MAX_TILES
+#define GT_MAX_TILES 8 /* row tiles (of 4 rows) per block at most: 1, 2, 4 or 8 */
+#endif
 
 /* Q = 0: bf16 (a unit is 32 values, 2 k-steps; a lane loads 16 bytes per row per unit).
  * Q = 64 or 128: 4-bit affine with that group (a unit is 64 codes, 4 k-steps; 8 bytes per lane). */
@@ -58,7 +67,7 @@ template <int Q> struct gt_cfg {
     static constexpr int EPT = Q ? 16 : 8;          /* K values per lane per unit */
     static constexpr int WPU = Q ? 2 : 4;           /* 32-bit weight words per lane per row per unit */
     static constexpr int UB = Q ? 32 : 64;          /* weight bytes per row per unit */
-    static constexpr int DEPTH = Q ? 8 : 4;         /* units in flight per warp (128 bytes per lane) */
+    static constexpr int DEPTH = Q ? GT_DEPTH_Q4 : GT_DEPTH_BF16; /* units in flight per warp */
     static constexpr int SXU = KSU / 2 * 32;        /* uint4 of staged B fragments per tile per unit */
     static constexpr int TILE_UNIT_BYTES = SXU * 16 + (Q ? 16 : 0); /* + the 4 rows' X sums */
 };
@@ -276,7 +285,7 @@ template <int Q, int NT>
 __global__ void __launch_bounds__(GT_THREADS, 2)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
-    constexpr int D = Q && NT == 4 ? 4 : C::DEPTH; /* four tiles: more work per unit, fewer registers */
+    constexpr int D = Q && NT >= 4 ? 4 : C::DEPTH; /* many tiles: more work per unit, fewer registers */
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
 
@@ -380,7 +389,7 @@ static inline int gemv_tc_tiles(const qweight *W, int kind, int n) {
     const int S = gemv_tc_split(W, kind);
     const size_t slice = (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind);
     int nt = 1;
-    while (nt < 4 && nt * 4 < n && slice * (size_t)(nt * 2) <= GT_SMEM_MAX) nt *= 2;
+    while (nt < GT_MAX_TILES && nt * 4 < n && slice * (size_t)(nt * 2) <= GT_SMEM_MAX) nt *= 2;
     return nt;
 }
 
@@ -408,7 +417,8 @@ template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
     e = gt_attr(gemv_tc_kernel<Q, 1>, e);
     e = gt_attr(gemv_tc_kernel<Q, 2>, e);
-    return gt_attr(gemv_tc_kernel<Q, 4>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 4>, e);
+    return gt_attr(gemv_tc_kernel<Q, 8>, e);
 }
 static inline cudaError_t gemv_tc_init(void) { return gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess))); }
 
@@ -417,7 +427,8 @@ static inline void gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_
                                const gt_job &job) {
     if (nt == 1) gemv_tc_kernel<Q, 1><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
     else if (nt == 2) gemv_tc_kernel<Q, 2><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
-    else gemv_tc_kernel<Q, 4><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    else if (nt == 4) gemv_tc_kernel<Q, 4><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    else gemv_tc_kernel<Q, 8><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
 }
 
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -429,7 +440,7 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     if (count < 1 || count > GT_JOB) return cudaErrorInvalidValue;
     gt_job job;
     memset(&job, 0, sizeof job);
-    int nt = 4;
+    int nt = GT_MAX_TILES;
     size_t smem = 0;
     for (int i = 0; i < count; i++) nt = min(nt, gemv_tc_tiles(W[i], kind, n));
     int64_t blocks = 0;
