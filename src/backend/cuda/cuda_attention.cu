@@ -7,8 +7,8 @@
  * with an online softmax (running max, sum, and a dim-vector held dim/32 per lane); the warps'
  * partial results merge in a fixed order. EXACT(batch): a row's result depends only on its own
  * query and its stream's cache. Requires dim % 32 == 0 and dim <= 32 * ATT_MAX_PER_LANE.
- * Floor: K/V bytes of the stream read once per q head (GQA packing, reading each kv head once for
- * its q heads, is the performance issue's). */
+ * Floor: decode rows read the stream's K/V bytes once (GQA-packed: a block serves the query heads
+ * of one kv head); the prompt path's flash kernel packs them too. */
 #include "cuda_common.cuh"
 #include "cuda_flash_prefill.h"
 
@@ -146,16 +146,81 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
     }
 }
 
-/* part: [row][head][split][2 + dim] = (max, sum, unnormalised output) over the split's keys. */
+/* part: [row][head][split][2 + dim] = (max, sum, unnormalised output) over the split's keys.
+ * GQA-packed: a block takes up to ATT_GROUP query heads that share one kv head (grid.y = kv head x
+ * groups of ATT_GROUP), so each key and value row is read once for all of them; warp w takes keys
+ * start + w, start + w + ATT_WARPS, ... with an online softmax per head, and the warps' results merge
+ * in warp order. Each head's arithmetic is that of block_attend. */
+#define ATT_GROUP 4
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ rows, int n_q, int n_kv, int dim,
                        float scale, int max_splits, float *__restrict__ part) {
+    __shared__ float part_m[ATT_WARPS][ATT_GROUP], part_l[ATT_WARPS][ATT_GROUP];
+    __shared__ float part_acc[ATT_WARPS][ATT_GROUP][ATT_MAX_PER_LANE * 32];
     const att_row rw = rows[blockIdx.x];
-    const int h = blockIdx.y, split = blockIdx.z, start = split * ATT_SPLIT;
+    const int G = n_q / n_kv, groups = (G + ATT_GROUP - 1) / ATT_GROUP;
+    const int kvh = blockIdx.y / groups, g0 = (blockIdx.y % groups) * ATT_GROUP;
+    const int h0 = kvh * G + g0, nh = min(ATT_GROUP, G - g0);
+    const int split = blockIdx.z, start = split * ATT_SPLIT, end = min(rw.pos + 1, start + ATT_SPLIT);
     if (start > rw.pos) return; /* whole block */
-    float *o = part + (((int64_t)blockIdx.x * n_q + h) * max_splits + split) * (dim + 2);
-    block_attend(q + ((int64_t)rw.row * n_q + h) * dim, rw.kc, rw.vc, start, min(rw.pos + 1, start + ATT_SPLIT),
-                 n_kv, h / (n_q / n_kv), dim, scale, false, o + 2, o);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = dim / 32;
+    float qv[ATT_GROUP][ATT_MAX_PER_LANE], acc[ATT_GROUP][ATT_MAX_PER_LANE], m[ATT_GROUP], l[ATT_GROUP];
+#pragma unroll
+    for (int hh = 0; hh < ATT_GROUP; hh++) {
+        const float *qr = q + ((int64_t)rw.row * n_q + h0 + hh) * dim;
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) {
+            qv[hh][c] = hh < nh && c < per ? qr[lane + 32 * c] : 0.0f;
+            acc[hh][c] = 0.0f;
+        }
+        m[hh] = -INFINITY, l[hh] = 0.0f;
+    }
+#pragma unroll 2
+    for (int j = start + warp; j < end; j += ATT_WARPS) {
+        const float *kj = rw.kc + ((int64_t)j * n_kv + kvh) * dim, *vj = rw.vc + ((int64_t)j * n_kv + kvh) * dim;
+        float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE];
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) {
+            kr[c] = c < per ? kj[lane + 32 * c] : 0.0f;
+            vr[c] = c < per ? vj[lane + 32 * c] : 0.0f;
+        }
+#pragma unroll
+        for (int hh = 0; hh < ATT_GROUP; hh++) {
+            float d = 0.0f;
+#pragma unroll
+            for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+                if (c < per) d = fmaf(qv[hh][c], kr[c], d);
+            const float s = warp_sum(d) * scale;
+            const float m_new = fmaxf(m[hh], s);
+            const float corr = expf(m[hh] - m_new), e = expf(s - m_new);
+            l[hh] = l[hh] * corr + e;
+#pragma unroll
+            for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+                if (c < per) acc[hh][c] = acc[hh][c] * corr + e * vr[c];
+            m[hh] = m_new;
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < ATT_GROUP; hh++) {
+        if (lane == 0) part_m[warp][hh] = m[hh], part_l[warp][hh] = l[hh];
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+            if (c < per) part_acc[warp][hh][lane + 32 * c] = acc[hh][c];
+    }
+    __syncthreads();
+    for (int hh = 0; hh < nh; hh++) {
+        float M = part_m[0][hh];
+        for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, part_m[w][hh]);
+        float L = 0.0f;
+        for (int w = 0; w < ATT_WARPS; w++) L += part_l[w][hh] * expf(part_m[w][hh] - M); /* empty warps: 0 */
+        float *o = part + (((int64_t)blockIdx.x * n_q + h0 + hh) * max_splits + split) * (dim + 2);
+        if (threadIdx.x == 0) o[0] = M, o[1] = L;
+        for (int i = threadIdx.x; i < dim; i += ATT_WARPS * 32) {
+            float v = 0.0f;
+            for (int w = 0; w < ATT_WARPS; w++) v += part_acc[w][hh][i] * expf(part_m[w][hh] - M);
+            o[2 + i] = v;
+        }
+    }
 }
 
 __global__ void attention_combine_kernel(const att_row *__restrict__ rows, int n_q, int dim, int max_splits,
@@ -204,7 +269,8 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
     kv_write_rows_kernel<<<n_rows, 256, 0, cu_stream(be)>>>(k, v, (const att_row *)dtab, n_kv * dim);
     CU_LAUNCHED("attention kv write (decode)");
-    attention_split_kernel<<<dim3((unsigned)n_rows, (unsigned)n_q, (unsigned)max_splits), ATT_WARPS * 32, 0,
+    const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
+    attention_split_kernel<<<dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits), ATT_WARPS * 32, 0,
                              cu_stream(be)>>>(q, (const att_row *)dtab, n_q, n_kv, dim, scale, max_splits, part);
     CU_LAUNCHED("attention (decode split)");
     attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)n_q), 128, 0, cu_stream(be)>>>(

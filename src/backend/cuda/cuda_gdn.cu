@@ -3,17 +3,15 @@
  * Gated delta rule: seqs marked chunked (prompt rows) go to the chunked rule in cuda_gdn_chunked.cu
  * (when dk, dv are multiples of 32, dk <= 128); the others (decode, drafts) run the recurrent rule
  * token by token here. A seq's arithmetic depends only on its own rows: EXACT(batch), EXACT(chunk).
- * Recurrent kernel: each column j of a head's state S[h][:][j] evolves on its own, so one warp owns one
- * column with dk/32 state values per lane in registers, and the dot products k.S[:,j] and q.S[:,j]
- * are fixed-order warp sums. One launch for all seqs: grid (Hv, dv / GDN_COLS, seq), GDN_COLS warps a
- * block; the conv takes grid (channels / 128, row tiles of 32, seq).
+ * Recurrent kernel: each column j of a head's state S[h][:][j] evolves on its own; a block owns 32
+ * columns (one per lane) with the k rows split over dk/32 warps (see gated_delta_kernel). One launch
+ * for all seqs: grid (Hv, dv / 32, seq); the conv takes grid (channels / 128, row tiles of 32, seq).
  * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32; out [n][Hv][dv].
  * Floor: S read and written once per seq per launch (2 * Hv*dk*dv*4 bytes) plus the rows. */
 #include <stdlib.h>
 
 #include "cuda_common.cuh"
 
-#define GDN_COLS 4
 #define GDN_MAX_PER_LANE 8 /* dk <= 256 */
 #define CONV_MAX_K 8
 
@@ -120,60 +118,75 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
     return Q_OK;
 }
 
-__global__ void __launch_bounds__(GDN_COLS * 32)
+/* Recurrent rule: a block owns 32 columns j of one head's state (lane = column, so every state access
+ * is a coalesced 128-byte row) and the k rows are split over dk/32 warps, 32 state values per thread
+ * in registers. Per token: q and k go through shared memory (their norms are fixed-order warp sums,
+ * the same in every warp); the dot products k.S[:,j] and q.S[:,j] are each thread's 32-term fma chain,
+ * then the warps' partials summed in warp order. */
+__global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                    const seq_desc *__restrict__ seqs, qgdn_dims d, float *__restrict__ out) {
+    __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32];
     const int h = blockIdx.x;
     const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
     float *S = seqs[blockIdx.z].state;
     if (n_rows == 0) return; /* an empty seq may come with no state (as on the CPU) */
-    const int lane = threadIdx.x & 31;
-    const int j = blockIdx.y * GDN_COLS + (threadIdx.x >> 5);
-    if (j >= d.v_dim) return; /* whole warps only */
-    const int per = d.k_dim / 32, hk = h / (d.n_v_heads / d.n_k_heads);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = d.k_dim / 32;
+    const int j = blockIdx.y * 32 + lane, k0 = warp * 32;
+    const bool col = j < d.v_dim; /* lanes past dv hold zeros and write nothing */
+    const int hk = h / (d.n_v_heads / d.n_k_heads);
     const int64_t width = 2LL * d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
     const float qscale = rsqrtf((float)d.k_dim);
-    float *Sh = S + (int64_t)h * d.k_dim * d.v_dim;
-    float s[GDN_MAX_PER_LANE];
+    float *Sh = S + (int64_t)h * d.k_dim * d.v_dim + (int64_t)k0 * d.v_dim + j;
+    float s[32];
 #pragma unroll
-    for (int c = 0; c < GDN_MAX_PER_LANE; c++) s[c] = c < per ? Sh[(int64_t)(lane + 32 * c) * d.v_dim + j] : 0.0f;
+    for (int c = 0; c < 32; c++) s[c] = col ? Sh[(int64_t)c * d.v_dim] : 0.0f;
     for (int t = 0; t < n_rows; t++) {
         const float *row = qkv + (int64_t)(row0 + t) * width;
         const float *qh = row + (int64_t)hk * d.k_dim, *kh = row + (int64_t)(d.n_k_heads + hk) * d.k_dim;
-        float qv[GDN_MAX_PER_LANE], kv[GDN_MAX_PER_LANE];
-        float qq = 0.0f, kk = 0.0f;
-#pragma unroll
-        for (int c = 0; c < GDN_MAX_PER_LANE; c++) {
-            qv[c] = c < per ? qh[lane + 32 * c] : 0.0f;
-            kv[c] = c < per ? kh[lane + 32 * c] : 0.0f;
-            qq = fmaf(qv[c], qv[c], qq);
-            kk = fmaf(kv[c], kv[c], kk);
+        __syncthreads(); /* the previous token is done with sq, sk and part */
+        for (int i = threadIdx.x; i < d.k_dim; i += blockDim.x) sq[i] = qh[i], sk[i] = kh[i];
+        __syncthreads();
+        float qq = 0.0f, kk = 0.0f; /* every warp: the same fixed-order sums */
+        for (int c = 0; c < n_warps; c++) {
+            const float a = sq[lane + 32 * c], b = sk[lane + 32 * c];
+            qq = fmaf(a, a, qq);
+            kk = fmaf(b, b, kk);
         }
         const float qn = rsqrtf(warp_sum(qq) + 1e-6f) * qscale, kn = rsqrtf(warp_sum(kk) + 1e-6f);
         const int64_t gi = (int64_t)(row0 + t) * d.n_v_heads + h;
         const float decay = expf(g[gi]), b = beta[gi];
-        const float vj = row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j];
+        const float vj = col ? row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j] : 0.0f;
         float dot = 0.0f;
 #pragma unroll
-        for (int c = 0; c < GDN_MAX_PER_LANE; c++) {
-            kv[c] *= kn;
-            qv[c] *= qn;
+        for (int c = 0; c < 32; c++) {
             s[c] *= decay;
-            dot = fmaf(s[c], kv[c], dot);
+            dot = fmaf(s[c], sk[k0 + c] * kn, dot);
         }
-        const float delta = b * (vj - warp_sum(dot));
+        part[warp][lane] = dot;
+        __syncthreads();
+        float kS = 0.0f;
+        for (int w = 0; w < n_warps; w++) kS += part[w][lane];
+        const float delta = b * (vj - kS);
         float o = 0.0f;
 #pragma unroll
-        for (int c = 0; c < GDN_MAX_PER_LANE; c++) {
-            s[c] = fmaf(kv[c], delta, s[c]);
-            o = fmaf(s[c], qv[c], o);
+        for (int c = 0; c < 32; c++) {
+            s[c] = fmaf(sk[k0 + c] * kn, delta, s[c]);
+            o = fmaf(s[c], sq[k0 + c] * qn, o);
         }
-        o = warp_sum(o);
-        if (lane == 0) out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j] = o;
+        __syncthreads(); /* every warp has read part */
+        part[warp][lane] = o;
+        __syncthreads();
+        if (warp == 0 && col) {
+            float qS = 0.0f;
+            for (int w = 0; w < n_warps; w++) qS += part[w][lane];
+            out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j] = qS;
+        }
     }
+    if (col) {
 #pragma unroll
-    for (int c = 0; c < GDN_MAX_PER_LANE; c++)
-        if (c < per) Sh[(int64_t)(lane + 32 * c) * d.v_dim + j] = s[c];
+        for (int c = 0; c < 32; c++) Sh[(int64_t)c * d.v_dim] = s[c];
+    }
 }
 
 qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
@@ -206,8 +219,8 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         free(rec);
         Q_TRY(st);
     }
-    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, GDN_COLS), (unsigned)n_seqs);
-    gated_delta_kernel<<<grid, GDN_COLS * 32, 0, cu_stream(be)>>>(qkv, g, beta, d, dims, out);
+    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
+    gated_delta_kernel<<<grid, dims.k_dim, 0, cu_stream(be)>>>(qkv, g, beta, d, dims, out);
     CU_LAUNCHED("gated_delta");
     return Q_OK;
 }
