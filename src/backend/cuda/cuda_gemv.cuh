@@ -148,35 +148,34 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int
     }
 }
 
-/* A warp's weights for unit u of its slice: rows og and og8 (clamped into the matrix; the outputs of
- * rows past n_out are computed and thrown away). */
+/* A warp's weights for one unit: rows og and og8 from q0 and q8, the lane's piece of the unit (rows
+ * clamped into the matrix; the outputs of rows past n_out are computed and thrown away). */
 template <int Q>
-__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *p0,
-                                         const unsigned char *p8, int u, int t) {
-    typedef gt_cfg<Q> C;
-    const int64_t off = (int64_t)u * C::UB + t * (C::WPU * 4);
+__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *q0,
+                                         const unsigned char *q8) {
     if constexpr (Q != 0) {
-        const uint2 a = __ldg((const uint2 *)(p0 + off)), c = __ldg((const uint2 *)(p8 + off));
+        const uint2 a = __ldg((const uint2 *)q0), c = __ldg((const uint2 *)q8);
         w[0][0] = a.x, w[0][1] = a.y, w[1][0] = c.x, w[1][1] = c.y;
     } else {
-        const uint4 a = __ldg((const uint4 *)(p0 + off)), c = __ldg((const uint4 *)(p8 + off));
+        const uint4 a = __ldg((const uint4 *)q0), c = __ldg((const uint4 *)q8);
         w[0][0] = a.x, w[0][1] = a.y, w[0][2] = a.z, w[0][3] = a.w;
         w[1][0] = c.x, w[1][1] = c.y, w[1][2] = c.z, w[1][3] = c.w;
     }
 }
 
-/* 4-bit: lane t's share of the scales and biases of units u, u+1, u+2, u+3 of the slice (unit u + t,
- * rows og and og8): sb = {s(og), s(og8), b(og), b(og8)}; handed to the quad by shuffles when used. */
+/* 4-bit: lane t's share of the bf16 scales and biases of units u, u+1, u+2, u+3 of the slice: unit
+ * ub + min(u + t, us - 1) of rows og and og8 (s0.. point at the rows' first group), as raw bits
+ * {s(og), s(og8), b(og), b(og8)}. They become f32 where they are used (after the shuffle to the
+ * quad), so no instruction waits for them here. */
 template <int Q>
-__device__ __forceinline__ void gt_sload(float (&sb)[4], const qweight &W, int64_t og, int64_t og8, int64_t u_abs,
-                                         int64_t u_end, int t) {
-    const int64_t gpr = W.n_in / Q, u = u_abs + t < u_end ? u_abs + t : u_end - 1;
-    const int64_t gi = u * 64 / Q;
-    sb[0] = load_as_f32(W.scales, W.sb_fmt, og * gpr + gi);
-    sb[1] = load_as_f32(W.scales, W.sb_fmt, og8 * gpr + gi);
-    sb[2] = load_as_f32(W.biases, W.sb_fmt, og * gpr + gi);
-    sb[3] = load_as_f32(W.biases, W.sb_fmt, og8 * gpr + gi);
+__device__ __forceinline__ void gt_sload(uint32_t (&sb)[4], const unsigned short *s0, const unsigned short *s8,
+                                         const unsigned short *b0, const unsigned short *b8, int ub, int u, int us,
+                                         int t) {
+    const int gi = (ub + min(u + t, us - 1)) * 64 / Q;
+    sb[0] = __ldg(s0 + gi), sb[1] = __ldg(s8 + gi), sb[2] = __ldg(b0 + gi), sb[3] = __ldg(b8 + gi);
 }
+
+__device__ __forceinline__ float gt_bf16(uint32_t bits) { return __uint_as_float(bits << 16); }
 
 /* The MMAs of one unit's k-steps on one row tile (bx: its staged B fragments, lane's first). */
 template <int KSU>
@@ -193,7 +192,7 @@ __device__ __forceinline__ void gt_ksteps(float (&c)[4], const uint32_t (&a)[2][
 /* THE arithmetic of one unit over nt row tiles: 4-bit folds it into acc[T][0] (output og, row 4T + t)
  * and acc[T][1] (og8); bf16 accumulates the raw MMA sums in acc[T][0..3]. */
 template <int Q, int NT>
-__device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const float (&sb)[4], int src,
+__device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const uint32_t (&sb)[4], int src,
                                         const uint4 *sx, const float *sX, int us, int u, int nt, float (&acc)[NT][4],
                                         int lane) {
     typedef gt_cfg<Q> C;
@@ -204,10 +203,10 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int p = 0; p < 8; p++) a[r][p] = gt_codes(w[r][p >> 2], p & 3);
-        s0 = __shfl_sync(0xffffffffu, sb[0], src);
-        s1 = __shfl_sync(0xffffffffu, sb[1], src);
-        b0 = __shfl_sync(0xffffffffu, sb[2], src);
-        b1 = __shfl_sync(0xffffffffu, sb[3], src);
+        s0 = gt_bf16(__shfl_sync(0xffffffffu, sb[0], src));
+        s1 = gt_bf16(__shfl_sync(0xffffffffu, sb[1], src));
+        b0 = gt_bf16(__shfl_sync(0xffffffffu, sb[2], src));
+        b1 = gt_bf16(__shfl_sync(0xffffffffu, sb[3], src));
     } else {
 #pragma unroll
         for (int r = 0; r < 2; r++)
@@ -262,8 +261,13 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
         const int64_t o = ob * GT_OUT + (i % GT_OUT), r = row0 + i / GT_OUT;
         if (o >= W.n_out) continue;
         const int64_t idx = r * W.n_out + o, stride = (int64_t)n * W.n_out;
-        float v = __ldcg(part + idx);
-        for (int q = 1; q < S; q++) v += __ldcg(part + q * stride + idx);
+        float p[GT_MAX_SPLIT]; /* every load out first, then the sum in slice order */
+#pragma unroll
+        for (int q = 0; q < GT_MAX_SPLIT; q++) p[q] = q < S ? __ldcg(part + q * stride + idx) : 0.0f;
+        float v = p[0];
+#pragma unroll
+        for (int q = 1; q < GT_MAX_SPLIT; q++)
+            if (q < S) v += p[q];
         y[idx] = v;
     }
     if (threadIdx.x == 0) tick[bx] = 0; /* ready for the next call */
@@ -314,20 +318,25 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     const bool wact = o0 < W.n_out;
     const int64_t og = min(o0 + (lane >> 2), W.n_out - 1), og8 = min(o0 + (lane >> 2) + 8, W.n_out - 1);
     const int64_t row_bytes = Q ? K / 2 : K * 2;
-    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + u_begin * C::UB;
-    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + u_begin * C::UB;
+    const int lb = t * (C::WPU * 4); /* the lane's piece of a unit */
+    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + u_begin * C::UB + lb;
+    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + u_begin * C::UB + lb;
+    const int64_t gpr = Q ? K / (Q ? Q : 1) : 0;
+    const unsigned short *sc = (const unsigned short *)W.scales, *bi = (const unsigned short *)W.biases;
+    const unsigned short *s0 = sc + og * gpr, *s8 = sc + og8 * gpr, *bb0 = bi + og * gpr, *bb8 = bi + og8 * gpr;
+    const int ub = (int)u_begin;
 
     /* the ring's first loads go out before the staging, so their latency overlaps it */
     uint32_t w[D][2][C::WPU];
-    float sb[D / 4][4];
+    uint32_t sb[D / 4][4];
     if (wact) {
 #pragma unroll
         for (int d = 0; d < D; d++)
-            if (d < us) gt_wload<Q>(w[d], p0, p8, d, t);
+            if (d < us) gt_wload<Q>(w[d], p0 + d * C::UB, p8 + d * C::UB);
         if constexpr (Q != 0) {
 #pragma unroll
             for (int q = 0; q < D / 4; q++)
-                if (4 * q < us) gt_sload<Q>(sb[q], W, og, og8, u_begin + 4 * q, u_end, t);
+                if (4 * q < us) gt_sload<Q>(sb[q], s0, s8, bb0, bb8, ub, 4 * q, us, t);
         }
     }
     uint4 *sx = gt_smem;
@@ -341,15 +350,20 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
     if (wact) {
+        /* Unit u = base + d sits in ring slot d; after it is used, the slot takes unit u + D (and, at the
+         * end of a group of 4, the group's scales D units later). Offsets from the round's base
+         * pointers are compile-time constants. */
         for (int base = 0; base < us; base += D) {
+            const unsigned char *q0 = p0 + (int64_t)base * C::UB, *q8 = p8 + (int64_t)base * C::UB;
+            const bool full = base + 2 * D <= us; /* every load of this round is in the slice */
 #pragma unroll
             for (int d = 0; d < D; d++) {
                 const int u = base + d;
                 if (u >= us) break; /* uniform */
                 gt_unit<Q, NT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), sx, sX, us, u, nt, acc, lane);
-                if (u + D < us) gt_wload<Q>(w[d], p0, p8, u + D, t);
-                if constexpr (Q != 0) /* the group of units u-3..u is used up: load the one D units later */
-                    if ((d & 3) == 3 && u + D - 3 < us) gt_sload<Q>(sb[d / 4], W, og, og8, u_begin + u + D - 3, u_end, t);
+                if (full || u + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
+                if constexpr (Q != 0)
+                    if ((d & 3) == 3 && u + D - 3 < us) gt_sload<Q>(sb[d / 4], s0, s8, bb0, bb8, ub, u + D - 3, us, t);
             }
         }
     }
@@ -360,7 +374,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
 static inline int gemv_tc_kind(const qweight *W) {
     if (W->fmt == QW_BF16 && W->n_in % 32 == 0) return 0;
     if (W->fmt == QW_AFFINE && W->bits == 4 && (W->group == 64 || W->group == 128) && W->n_in % W->group == 0 &&
-        (W->sb_fmt == QW_BF16 || W->sb_fmt == QW_F16 || W->sb_fmt == QW_F32))
+        W->sb_fmt == QW_BF16) /* MLX's; f16 / f32 scales take the SIMT kernel */
         return W->group;
     return -1;
 }
