@@ -129,7 +129,7 @@ attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *_
  * splits depend only on its position, and the partial results merge in split order, so its result
  * depends on nothing else in the batch (EXACT(batch)); draft rows and serial decode rows run the same
  * arithmetic (EXACT(draft)). */
-#define ATT_SPLIT 512
+#define ATT_SPLIT 256
 
 typedef struct att_row {
     float *kc, *vc; /* the row's stream caches */
@@ -149,14 +149,15 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
 /* part: [row][head][split][2 + dim] = (max, sum, unnormalised output) over the split's keys.
  * GQA-packed: a block takes up to ATT_GROUP query heads that share one kv head (grid.y = kv head x
  * groups of ATT_GROUP), so each key and value row is read once for all of them; warp w takes keys
- * start + w, start + w + ATT_WARPS, ... with an online softmax per head, and the warps' results merge
+ * start + w, start + w + ATT_SPLIT_WARPS, ... with an online softmax per head, and the warps' results merge
  * in warp order. Each head's arithmetic is that of block_attend. */
 #define ATT_GROUP 4
-__global__ void __launch_bounds__(ATT_WARPS * 32)
+#define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
+__global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
 attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ rows, int n_q, int n_kv, int dim,
                        float scale, int max_splits, float *__restrict__ part) {
-    __shared__ float part_m[ATT_WARPS][ATT_GROUP], part_l[ATT_WARPS][ATT_GROUP];
-    __shared__ float part_acc[ATT_WARPS][ATT_GROUP][ATT_MAX_PER_LANE * 32];
+    __shared__ float part_m[ATT_SPLIT_WARPS][ATT_GROUP], part_l[ATT_SPLIT_WARPS][ATT_GROUP];
+    __shared__ float part_acc[ATT_SPLIT_WARPS][ATT_GROUP][ATT_MAX_PER_LANE * 32];
     const att_row rw = rows[blockIdx.x];
     const int G = n_q / n_kv, groups = (G + ATT_GROUP - 1) / ATT_GROUP;
     const int kvh = blockIdx.y / groups, g0 = (blockIdx.y % groups) * ATT_GROUP;
@@ -176,7 +177,7 @@ attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ 
         m[hh] = -INFINITY, l[hh] = 0.0f;
     }
 #pragma unroll 2
-    for (int j = start + warp; j < end; j += ATT_WARPS) {
+    for (int j = start + warp; j < end; j += ATT_SPLIT_WARPS) {
         const float *kj = rw.kc + ((int64_t)j * n_kv + kvh) * dim, *vj = rw.vc + ((int64_t)j * n_kv + kvh) * dim;
         float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE];
 #pragma unroll
@@ -210,14 +211,14 @@ attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ 
     __syncthreads();
     for (int hh = 0; hh < nh; hh++) {
         float M = part_m[0][hh];
-        for (int w = 1; w < ATT_WARPS; w++) M = fmaxf(M, part_m[w][hh]);
+        for (int w = 1; w < ATT_SPLIT_WARPS; w++) M = fmaxf(M, part_m[w][hh]);
         float L = 0.0f;
-        for (int w = 0; w < ATT_WARPS; w++) L += part_l[w][hh] * expf(part_m[w][hh] - M); /* empty warps: 0 */
+        for (int w = 0; w < ATT_SPLIT_WARPS; w++) L += part_l[w][hh] * expf(part_m[w][hh] - M); /* empty warps: 0 */
         float *o = part + (((int64_t)blockIdx.x * n_q + h0 + hh) * max_splits + split) * (dim + 2);
         if (threadIdx.x == 0) o[0] = M, o[1] = L;
-        for (int i = threadIdx.x; i < dim; i += ATT_WARPS * 32) {
+        for (int i = threadIdx.x; i < dim; i += ATT_SPLIT_WARPS * 32) {
             float v = 0.0f;
-            for (int w = 0; w < ATT_WARPS; w++) v += part_acc[w][hh][i] * expf(part_m[w][hh] - M);
+            for (int w = 0; w < ATT_SPLIT_WARPS; w++) v += part_acc[w][hh][i] * expf(part_m[w][hh] - M);
             o[2 + i] = v;
         }
     }
@@ -270,7 +271,7 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     kv_write_rows_kernel<<<n_rows, 256, 0, cu_stream(be)>>>(k, v, (const att_row *)dtab, n_kv * dim);
     CU_LAUNCHED("attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
-    attention_split_kernel<<<dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits), ATT_WARPS * 32, 0,
+    attention_split_kernel<<<dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits), ATT_SPLIT_WARPS * 32, 0,
                              cu_stream(be)>>>(q, (const att_row *)dtab, n_q, n_kv, dim, scale, max_splits, part);
     CU_LAUNCHED("attention (decode split)");
     attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)n_q), 128, 0, cu_stream(be)>>>(
