@@ -351,17 +351,14 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
         for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
     if (wact) {
         /* Unit u = base + d sits in ring slot d; after it is used, the slot takes unit u + D (and, at the
-         * end of a group of 4, the group's scales D units later). Offsets from the round's base
-         * pointers are compile-time constants. */
+         * end of a group of 4, the group's scales D units later). */
         for (int base = 0; base < us; base += D) {
-            const unsigned char *q0 = p0 + (int64_t)base * C::UB, *q8 = p8 + (int64_t)base * C::UB;
-            const bool full = base + 2 * D <= us; /* every load of this round is in the slice */
 #pragma unroll
             for (int d = 0; d < D; d++) {
                 const int u = base + d;
                 if (u >= us) break; /* uniform */
                 gt_unit<Q, NT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), sx, sX, us, u, nt, acc, lane);
-                if (full || u + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
+                if (u + D < us) gt_wload<Q>(w[d], p0 + (int64_t)(u + D) * C::UB, p8 + (int64_t)(u + D) * C::UB);
                 if constexpr (Q != 0)
                     if ((d & 3) == 3 && u + D - 3 < us) gt_sload<Q>(sb[d / 4], s0, s8, bb0, bb8, ub, u + D - 3, us, t);
             }
