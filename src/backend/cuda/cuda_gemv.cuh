@@ -148,11 +148,14 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int
     }
 }
 
-/* A warp's weights for one unit: rows og and og8 from q0 and q8, the lane's piece of the unit (rows
- * clamped into the matrix; the outputs of rows past n_out are computed and thrown away). */
+/* A warp's weights for unit u of its slice: rows og and og8 (clamped into the matrix; the outputs of
+ * rows past n_out are computed and thrown away). */
 template <int Q>
-__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *q0,
-                                         const unsigned char *q8) {
+__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *p0,
+                                         const unsigned char *p8, int u, int t) {
+    typedef gt_cfg<Q> C;
+    const int64_t off = (int64_t)u * C::UB + t * (C::WPU * 4);
+    const unsigned char *q0 = p0 + off, *q8 = p8 + off;
     if constexpr (Q != 0) {
         const uint2 a = __ldg((const uint2 *)q0), c = __ldg((const uint2 *)q8);
         w[0][0] = a.x, w[0][1] = a.y, w[1][0] = c.x, w[1][1] = c.y;
@@ -318,9 +321,8 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     const bool wact = o0 < W.n_out;
     const int64_t og = min(o0 + (lane >> 2), W.n_out - 1), og8 = min(o0 + (lane >> 2) + 8, W.n_out - 1);
     const int64_t row_bytes = Q ? K / 2 : K * 2;
-    const int lb = t * (C::WPU * 4); /* the lane's piece of a unit */
-    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + u_begin * C::UB + lb;
-    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + u_begin * C::UB + lb;
+    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + u_begin * C::UB;
+    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + u_begin * C::UB;
     const int64_t gpr = Q ? K / (Q ? Q : 1) : 0;
     const unsigned short *sc = (const unsigned short *)W.scales, *bi = (const unsigned short *)W.biases;
     const unsigned short *s0 = sc + og * gpr, *s8 = sc + og8 * gpr, *bb0 = bi + og * gpr, *bb8 = bi + og8 * gpr;
@@ -332,7 +334,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     if (wact) {
 #pragma unroll
         for (int d = 0; d < D; d++)
-            if (d < us) gt_wload<Q>(w[d], p0 + d * C::UB, p8 + d * C::UB);
+            if (d < us) gt_wload<Q>(w[d], p0, p8, d, t);
         if constexpr (Q != 0) {
 #pragma unroll
             for (int q = 0; q < D / 4; q++)
@@ -358,7 +360,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
                 const int u = base + d;
                 if (u >= us) break; /* uniform */
                 gt_unit<Q, NT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), sx, sX, us, u, nt, acc, lane);
-                if (u + D < us) gt_wload<Q>(w[d], p0 + (int64_t)(u + D) * C::UB, p8 + (int64_t)(u + D) * C::UB);
+                if (u + D < us) gt_wload<Q>(w[d], p0, p8, u + D, t);
                 if constexpr (Q != 0)
                     if ((d & 3) == 3 && u + D - 3 < us) gt_sload<Q>(sb[d / 4], s0, s8, bb0, bb8, ub, u + D - 3, us, t);
             }
