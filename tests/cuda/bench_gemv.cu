@@ -135,12 +135,13 @@ static void weight_row(const qweight &W, int64_t o, std::vector<float> &out) {
 struct scratch {
     float *part;
     unsigned *tick;
+    void *pre;
 };
 
 static void run_tc(const qweight &W, const float *x, int n, float *y, const scratch &sc) {
     const int kind = gemv_tc_kind(&W);
     if (kind < 0) { fprintf(stderr, "weight not taken by the tensor-core kernel\n"); exit(2); }
-    CK(gemv_tc_launch(kind, x, n, &W, y, sc.part, sc.tick, 0));
+    CK(gemv_tc_launch(kind, x, n, &W, y, sc.part, sc.tick, sc.pre, 0));
 }
 static void run_old(const qweight &W, const float *x, int n, float *y) {
     dim3 grid((unsigned)((W.n_out + GV_WARPS - 1) / GV_WARPS), (unsigned)((n + GV_ROWS - 1) / GV_ROWS));
@@ -209,6 +210,7 @@ int main(void) {
     CK(cudaMalloc(&sc.part, (size_t)GT_MAX_SPLIT * NMAX * 32768 * 4)); /* S > 1 only for n_out < 256*128 */
     CK(cudaMalloc(&sc.tick, (size_t)1 << 20));
     CK(cudaMemset(sc.tick, 0, (size_t)1 << 20));
+    CK(cudaMalloc(&sc.pre, (size_t)NMAX / 4 * (KMAX / 32) * 1040)); /* the most gemv_tc_pre_bytes asks */
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -316,6 +318,7 @@ int main(void) {
     CK(cudaFree(dy2));
     CK(cudaFree(sc.part));
     CK(cudaFree(sc.tick));
+    CK(cudaFree(sc.pre));
     printf("%s: %d failed checks\n", n_fail ? "FAIL" : "ok", n_fail);
     return n_fail ? 1 : 0;
 }

@@ -47,6 +47,8 @@ struct cu_gemv {
     size_t part_floats;
     unsigned *tick;
     size_t ticks;
+    void *pre; /* x split once for many rows (gemv_tc_pre_bytes) */
+    size_t pre_bytes;
     int attr_set;
 };
 
@@ -54,53 +56,58 @@ void cu_gemv_free(cuda_state *s) {
     if (!s || !s->gemv) return;
     cudaFree(s->gemv->part);
     cudaFree(s->gemv->tick);
+    cudaFree(s->gemv->pre);
     free(s->gemv);
     s->gemv = NULL;
 }
 
-/* The tensor-core kernel's scratch: need_p partial floats and need_t ticket counters; grows (after the
- * stream drains) and never shrinks. New ticket counters start at zero; every call leaves them at zero. */
-static qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, float **part, unsigned **tick) {
+/* Grows a device buffer to at least need bytes (after the stream drains; half again for the next
+ * growth); never shrinks. */
+static qstatus grow(cuda_state *s, void **buf, size_t *have, size_t need, const char *what) {
+    if (need <= *have) return Q_OK;
+    CU_TRY(cudaStreamSynchronize(s->stream), what);
+    cudaFree(*buf);
+    *buf = NULL;
+    *have = 0;
+    const size_t want = need + need / 2;
+    cudaError_t e = cudaMalloc(buf, want);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return q_fail(Q_ENOMEM, "%s of %zu bytes: %s", what, want, cudaGetErrorString(e));
+    }
+    *have = want;
+    return Q_OK;
+}
+
+/* The tensor-core kernel's scratch: need_p partial floats, need_t ticket counters and need_x bytes for
+ * the split rows; grows and never shrinks. New ticket counters start at zero; every call leaves them at
+ * zero. */
+static qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_x, float **part,
+                               unsigned **tick, void **pre) {
     cuda_state *s = (cuda_state *)be->impl;
     if (!s->gemv) {
         s->gemv = (struct cu_gemv *)calloc(1, sizeof *s->gemv);
         if (!s->gemv) return q_fail(Q_ENOMEM, "cuda matmul: out of memory");
     }
     struct cu_gemv *g = s->gemv;
-    if (!g->attr_set || need_p > g->part_floats || need_t > g->ticks) CU_NOT_CAPTURING(s->stream, "matmul scratch");
+    if (!g->attr_set || need_p > g->part_floats || need_t > g->ticks || need_x > g->pre_bytes)
+        CU_NOT_CAPTURING(s->stream, "matmul scratch");
     if (!g->attr_set) {
         CU_TRY(gemv_tc_init(), "matmul (shared memory limit)");
         g->attr_set = 1;
     }
-    if (need_p > g->part_floats) {
-        CU_TRY(cudaStreamSynchronize(s->stream), "matmul scratch");
-        cudaFree(g->part);
-        g->part = NULL;
-        g->part_floats = 0;
-        const size_t want = need_p + need_p / 2;
-        cudaError_t e = cudaMalloc((void **)&g->part, want * sizeof(float));
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return q_fail(Q_ENOMEM, "cuda matmul scratch of %zu bytes: %s", want * sizeof(float), cudaGetErrorString(e));
-        }
-        g->part_floats = want;
-    }
-    if (need_t > g->ticks) {
-        CU_TRY(cudaStreamSynchronize(s->stream), "matmul scratch");
-        cudaFree(g->tick);
-        g->tick = NULL;
-        g->ticks = 0;
-        const size_t want = need_t < 4096 ? 4096 : need_t + need_t / 2;
-        cudaError_t e = cudaMalloc((void **)&g->tick, want * sizeof(unsigned));
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return q_fail(Q_ENOMEM, "cuda matmul tickets of %zu bytes: %s", want * sizeof(unsigned), cudaGetErrorString(e));
-        }
-        CU_TRY(cudaMemsetAsync(g->tick, 0, want * sizeof(unsigned), s->stream), "matmul scratch");
-        g->ticks = want;
+    size_t pb = g->part_floats * sizeof(float), tb = g->ticks * sizeof(unsigned);
+    Q_TRY(grow(s, (void **)&g->part, &pb, need_p * sizeof(float), "cuda matmul scratch"));
+    g->part_floats = pb / sizeof(float);
+    Q_TRY(grow(s, &g->pre, &g->pre_bytes, need_x, "cuda matmul split rows"));
+    if (need_t > g->ticks) { /* a new array: all of it zeroed */
+        Q_TRY(grow(s, (void **)&g->tick, &tb, (need_t < 4096 ? 4096 : need_t) * sizeof(unsigned), "cuda matmul tickets"));
+        g->ticks = tb / sizeof(unsigned);
+        CU_TRY(cudaMemsetAsync(g->tick, 0, g->ticks * sizeof(unsigned), s->stream), "matmul scratch");
     }
     *part = g->part;
     *tick = g->tick;
+    *pre = g->pre;
     return Q_OK;
 }
 
@@ -176,8 +183,9 @@ qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const 
     }
     float *part = NULL, *parts[GT_JOB];
     unsigned *tick = NULL, *ticks[GT_JOB];
-    Q_TRY(cu_gemv_scratch(be, need_p, need_t, &part, &tick));
+    void *pre = NULL;
+    Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n), &part, &tick, &pre));
     for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
-    CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, cu_stream(be)), "matmul (tensor-core gemv)");
+    CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be)), "matmul (tensor-core gemv)");
     return Q_OK;
 }

@@ -43,7 +43,10 @@
 #define GT_RC (4 * GT_MAX_TILES) /* most rows per block */
 #define GT_MAX_SPLIT 16
 #ifndef GT_BLOCKS
-#define GT_BLOCKS 512 /* blocks the split aims for (about 2 per SM, twice) */
+#define GT_BLOCKS 512 /* bf16: blocks the split aims for (about 2 per SM, twice) */
+#endif
+#ifndef GT_BLOCKS_Q4
+#define GT_BLOCKS_Q4 256 /* 4-bit: fewer, longer slices (tune_gemv: 8-15 % faster on the MLP shapes) */
 #endif
 #ifndef GT_MIN_SLICE
 #define GT_MIN_SLICE 8 /* units a slice keeps at least */
@@ -85,9 +88,12 @@ __device__ __forceinline__ uint32_t gt_pack(float lo_half, float hi_half) { /* e
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-/* Codes i and i+4 of a word as a bf16 pair (low half = code i): (0x4300 | q) - 128 = q exactly. */
+/* Codes i and i+4 of a word as a bf16 pair (low half = code i): (0x4300 | q) - 128 = q exactly. The mask
+ * and the or are one lop3 (C's & then | compile to two: a LOP3 takes one immediate), so a pair costs a
+ * shift, a lop3 and a bf16x2 fma. */
 __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
-    uint32_t v = ((w >> (4 * i)) & 0x000F000Fu) | 0x43004300u, r;
+    uint32_t v, r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(v) : "r"(w >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
     return r;
 }
@@ -95,16 +101,17 @@ __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
 /* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. Item i = (tile T, unit u,
  * lane L = (g, t)): column g is row row0 + 4T + g/2, its hi part (g even) or lo part (g odd), at the K
  * values lane t's weights hold; sx[((T*us + u)*KSU/2 + jp)*32 + L] = {b0, b1 of k-step 2jp, b0, b1 of
- * k-step 2jp + 1}. 4-bit: sX[(T*us + u)*4 + g/2] = the unit's sum of (hi + lo) for that row. Items come
- * in whole warps (a multiple of 32), lane = L. */
+ * k-step 2jp + 1}. 4-bit: sX[(T*us + u)*4 + g/2] = the unit's sum of (hi + lo) for that row. The
+ * caller's threads take items i0, i0 + stride, ... (whole warps: i0 % 32 = lane, stride % 32 = 0). */
 template <int Q>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int64_t K, int row0, int nt, int64_t u0,
-                                         int us, uint4 *sx, float *sX) {
+                                         int us, uint4 *sx, float *sX, int64_t i0, int64_t stride) {
     typedef gt_cfg<Q> C;
-    const int items = nt * us * 32;
-    for (int i = (int)threadIdx.x; i < items; i += GT_THREADS) {
-        const int L = i & 31, tu = i >> 5, g = L >> 2, t = L & 3;
-        const int T = tu / us, u = tu - T * us, r = row0 + 4 * T + (g >> 1);
+    const int64_t items = (int64_t)nt * us * 32;
+    for (int64_t i = i0; i < items; i += stride) {
+        const int L = (int)(i & 31), g = L >> 2, t = L & 3;
+        const int64_t tu = i >> 5;
+        const int T = (int)(tu / us), u = (int)(tu - (int64_t)T * us), r = row0 + 4 * T + (g >> 1);
         float v[C::EPT];
         if (r < n) {
             const float4 *p = (const float4 *)(x + (int64_t)r * K + (u0 + u) * C::UK + t * C::EPT);
@@ -145,6 +152,31 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int
             s += __shfl_xor_sync(0xffffffffu, s, 2);
             if (!(g & 1) && t == 0) sX[tu * 4 + (g >> 1)] = s;
         }
+    }
+}
+
+/* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout
+ * with us = U) and each block copies its slice; the values are gt_stage's, so results do not change. */
+template <int Q>
+__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, int n, int64_t K,
+                                                         uint4 *__restrict__ xs, float *__restrict__ Xs) {
+    const int nt = (n + 3) / 4;
+    gt_stage<Q>(x, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs, (int64_t)blockIdx.x * blockDim.x + threadIdx.x,
+                (int64_t)gridDim.x * blockDim.x);
+}
+
+/* A block's slice of the split rows: tiles row0/4 .. + nt, units [u0, u0 + us) of U. */
+template <int Q>
+__device__ __forceinline__ void gt_copy(const uint4 *__restrict__ xs, const float *__restrict__ Xs, int64_t U, int row0,
+                                        int nt, int64_t u0, int us, uint4 *sx, float *sX) {
+    typedef gt_cfg<Q> C;
+    for (int T = 0; T < nt; T++) {
+        const int64_t tu0 = (int64_t)(row0 / 4 + T) * U + u0;
+        const uint4 *src = xs + tu0 * C::SXU;
+        uint4 *dst = sx + (size_t)T * us * C::SXU;
+        for (int i = threadIdx.x; i < us * C::SXU; i += GT_THREADS) dst[i] = __ldg(src + i);
+        if constexpr (Q != 0)
+            for (int i = threadIdx.x; i < us * 4; i += GT_THREADS) sX[T * us * 4 + i] = __ldg(Xs + tu0 * 4 + i);
     }
 }
 
@@ -286,6 +318,8 @@ struct gt_job {
     unsigned *tick[GT_JOB];
     int S[GT_JOB], start[GT_JOB + 1];
     int count;
+    const uint4 *xs; /* x split by gemv_split_kernel (many rows), or NULL: each block stages its slice */
+    const float *Xs;
 };
 
 template <int Q, int NT>
@@ -343,7 +377,8 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     }
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
-    gt_stage<Q>(x, n, K, row0, nt, u_begin, us, sx, sX);
+    if (job.xs) gt_copy<Q>(job.xs, job.Xs, U, row0, nt, u_begin, us, sx, sX);
+    else gt_stage<Q>(x, n, K, row0, nt, u_begin, us, sx, sX, threadIdx.x, GT_THREADS);
     __syncthreads();
 
     float acc[NT][4];
@@ -389,9 +424,10 @@ static inline size_t gemv_tc_tile_unit_bytes(int kind) {
 static inline int gemv_tc_split(const qweight *W, int kind) {
     const int64_t U = W->n_in / gemv_tc_unit_k(kind), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
     const size_t tub = gemv_tc_tile_unit_bytes(kind);
+    const int64_t aim = kind ? GT_BLOCKS_Q4 : GT_BLOCKS;
     int S = 1;
     while (S < GT_MAX_SPLIT &&
-           ((size_t)((U + S - 1) / S) * tub > GT_SMEM_MAX || (ob * S < GT_BLOCKS && U / (S * 2) >= GT_MIN_SLICE)))
+           ((size_t)((U + S - 1) / S) * tub > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= GT_MIN_SLICE)))
         S *= 2;
     return S;
 }
@@ -423,6 +459,15 @@ static inline size_t gemv_tc_ticks(const qweight *W, int n) {
     return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + rb - 1) / rb);
 }
 
+/* More rows than GT_PRE_ROWS: x is split once per launch into `pre` (gemv_tc_pre_bytes), not by every
+ * block (at 64 rows the blocks' staging was ~40 % of the kernel's instructions). */
+#define GT_PRE_ROWS 4
+static inline size_t gemv_tc_pre_bytes(const qweight *W, int n) {
+    const int kind = gemv_tc_kind(W);
+    if (n <= GT_PRE_ROWS || kind < 0) return 0;
+    return (size_t)((n + 3) / 4) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * gemv_tc_tile_unit_bytes(kind);
+}
+
 /* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */
 template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
@@ -445,14 +490,24 @@ static inline void gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_
 }
 
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
- * weights sharing x; part[i] and tick[i] as gemv_tc_part_floats and gemv_tc_ticks ask for W[i].
- * Returns the launch error. */
+ * weights sharing x; part[i] and tick[i] as gemv_tc_part_floats and gemv_tc_ticks ask for W[i], pre as
+ * gemv_tc_pre_bytes asks. Returns the launch error. */
 static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
-                                               float *const *y, float *const *part, unsigned *const *tick,
+                                               float *const *y, float *const *part, unsigned *const *tick, void *pre,
                                                cudaStream_t st) {
     if (count < 1 || count > GT_JOB) return cudaErrorInvalidValue;
     gt_job job;
     memset(&job, 0, sizeof job);
+    if (gemv_tc_pre_bytes(W[0], n) > 0) {
+        if (!pre) return cudaErrorInvalidValue;
+        const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * 32;
+        const size_t sxu = (size_t)((n + 3) / 4) * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
+        job.xs = (const uint4 *)pre;
+        job.Xs = (const float *)((const uint4 *)pre + sxu);
+        const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
+        if (kind == 0) gemv_split_kernel<0><<<blocks, 256, 0, st>>>(x, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
+        else gemv_split_kernel<64><<<blocks, 256, 0, st>>>(x, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
+    }
     int nt = GT_MAX_TILES;
     size_t smem = 0;
     for (int i = 0; i < count; i++) nt = min(nt, gemv_tc_tiles(W[i], kind, n));
@@ -474,8 +529,8 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
 }
 
 static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,
-                                         unsigned *tick, cudaStream_t st) {
-    return gemv_tc_launch_multi(kind, x, n, 1, &W, &y, &part, &tick, st);
+                                         unsigned *tick, void *pre, cudaStream_t st) {
+    return gemv_tc_launch_multi(kind, x, n, 1, &W, &y, &part, &tick, pre, st);
 }
 
 /* SIMT decode kernel for 4-bit affine weights the tensor-core kernel does not take (group 32) and bf16
