@@ -105,13 +105,12 @@ __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
  * caller's threads take items i0, i0 + stride, ... (whole warps: i0 % 32 = lane, stride % 32 = 0). */
 template <int Q>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int64_t K, int row0, int nt, int64_t u0,
-                                         int us, uint4 *sx, float *sX, int64_t i0, int64_t stride) {
+                                         int us, uint4 *sx, float *sX, int i0, int stride) {
     typedef gt_cfg<Q> C;
-    const int64_t items = (int64_t)nt * us * 32;
-    for (int64_t i = i0; i < items; i += stride) {
-        const int L = (int)(i & 31), g = L >> 2, t = L & 3;
-        const int64_t tu = i >> 5;
-        const int T = (int)(tu / us), u = (int)(tu - (int64_t)T * us), r = row0 + 4 * T + (g >> 1);
+    const int items = nt * us * 32; /* < 2^31: gemv_tc_pre_bytes bounds the split rows */
+    for (int i = i0; i < items; i += stride) {
+        const int L = i & 31, tu = i >> 5, g = L >> 2, t = L & 3;
+        const int T = tu / us, u = tu - T * us, r = row0 + 4 * T + (g >> 1);
         float v[C::EPT];
         if (r < n) {
             const float4 *p = (const float4 *)(x + (int64_t)r * K + (u0 + u) * C::UK + t * C::EPT);
@@ -161,8 +160,8 @@ template <int Q>
 __global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, int n, int64_t K,
                                                          uint4 *__restrict__ xs, float *__restrict__ Xs) {
     const int nt = (n + 3) / 4;
-    gt_stage<Q>(x, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs, (int64_t)blockIdx.x * blockDim.x + threadIdx.x,
-                (int64_t)gridDim.x * blockDim.x);
+    gt_stage<Q>(x, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs, (int)(blockIdx.x * blockDim.x + threadIdx.x),
+                (int)(gridDim.x * blockDim.x));
 }
 
 /* A block's slice of the split rows: tiles row0/4 .. + nt, units [u0, u0 + us) of U. */
@@ -322,7 +321,7 @@ struct gt_job {
     const float *Xs;
 };
 
-template <int Q, int NT>
+template <int Q, int NT, bool PRE> /* PRE: x comes split (job.xs), else each block stages its slice */
 __global__ void __launch_bounds__(GT_THREADS, 2)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
@@ -377,7 +376,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     }
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
-    if (job.xs) gt_copy<Q>(job.xs, job.Xs, U, row0, nt, u_begin, us, sx, sX);
+    if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, U, row0, nt, u_begin, us, sx, sX);
     else gt_stage<Q>(x, n, K, row0, nt, u_begin, us, sx, sX, threadIdx.x, GT_THREADS);
     __syncthreads();
 
@@ -473,20 +472,22 @@ template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
-    e = gt_attr(gemv_tc_kernel<Q, 1>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 2>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 4>, e);
-    return gt_attr(gemv_tc_kernel<Q, 8>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 1, false>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 2, true>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 4, true>, e);
+    return gt_attr(gemv_tc_kernel<Q, 8, true>, e);
 }
 static inline cudaError_t gemv_tc_init(void) { return gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess))); }
 
 template <int Q>
 static inline void gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_t st, const float *x, int n,
                                const gt_job &job) {
-    if (nt == 1) gemv_tc_kernel<Q, 1><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
-    else if (nt == 2) gemv_tc_kernel<Q, 2><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
-    else if (nt == 4) gemv_tc_kernel<Q, 4><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
-    else gemv_tc_kernel<Q, 8><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    if (!job.xs) gemv_tc_kernel<Q, 1, false><<<blocks, GT_THREADS, smem, st>>>(x, n, job); /* n <= 4: nt = 1 */
+    else if (nt == 1) gemv_tc_kernel<Q, 1, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    else if (nt == 2) gemv_tc_kernel<Q, 2, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    else if (nt == 4) gemv_tc_kernel<Q, 4, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+    else gemv_tc_kernel<Q, 8, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
 }
 
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -499,8 +500,8 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     gt_job job;
     memset(&job, 0, sizeof job);
     if (gemv_tc_pre_bytes(W[0], n) > 0) {
-        if (!pre) return cudaErrorInvalidValue;
         const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * 32;
+        if (!pre || items > 2147483647LL) return cudaErrorInvalidValue;
         const size_t sxu = (size_t)((n + 3) / 4) * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
