@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 dir=${OUT:-/tmp}/tune_gemv
 mkdir -p "$dir"
-variants=("base:" "nt4:-DGT_MAX_TILES=4" "blk256:-DGT_BLOCKS=256" "slice16:-DGT_MIN_SLICE=16" "d4:-DGT_DEPTH_Q4=4 -DGT_DEPTH_BF16=2")
+variants=("base:" "nt4:-DGT_MAX_TILES=4" "blk256:-DGT_BLOCKS=256" "q4blk512:-DGT_BLOCKS_Q4=512" "bfd8:-DGT_DEPTH_BF16=8")
 for v in "${variants[@]}"; do
   name=${v%%:*}; flags=${v#*:}
   "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc $flags tests/cuda/bench_gemv.cu \
