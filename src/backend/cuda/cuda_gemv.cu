@@ -1,12 +1,14 @@
 /* cuda_gemv.cu: the decode matmul (op matmul): y[n][n_out] = x[n][n_in] . W^T for decode rows, draft
  * blocks and the lm_head. Which kernel a weight takes is a property of the weight alone (format, bits,
  * group, n_in), never of n, so every decode row of a weight runs the same arithmetic (EXACT(batch)):
- * - bf16 (n_in % 32 == 0) and 4-bit affine with group 64 or 128: gemv_tc_kernel, tensor cores with
- *   f32-class accuracy (cuda_gemv.cuh explains the arithmetic);
- * - 4-bit affine group 32, bf16 with n_in % 8 == 0 otherwise: gemv_kernel (SIMT, a warp per output);
+ * - bf16 (n_in % 32 == 0) and 4-bit affine with group 64 or 128 and bf16 scales: gemv_tc_kernel,
+ *   tensor cores with f32-class accuracy (cuda_gemv.cuh explains the arithmetic);
+ * - other 4-bit affine (group 32, f16 or f32 scales), bf16 with n_in % 8 == 0 otherwise: gemv_kernel
+ *   (SIMT, a warp per output; cuda_gemv_simt.cuh);
  * - everything else (f32, f16, other bit widths): matmul_kernel (SIMT, a block per output).
- * The tensor-core kernel's split-K partials and ticket counters live in a per-backend scratch that
- * grows on demand (cu_gemv_scratch). */
+ * The tensor-core kernel's split-K partials, ticket counters and split rows (more than 4 rows) live in a
+ * per-backend scratch that grows on demand (cu_gemv_scratch). Weights sharing x can go out in one launch
+ * (cuda_matmul_multi). */
 #include <stdlib.h>
 
 #include "cuda_gemv.cuh"
@@ -40,7 +42,7 @@ __global__ void __launch_bounds__(MM_THREADS) matmul_kernel(const float *__restr
     }
 }
 
-/* gemv_kernel (the SIMT fallback) is in cuda_gemv.cuh, shared with tests/cuda/bench_gemv.cu. */
+/* gemv_kernel (the SIMT fallback) is in cuda_gemv_simt.cuh, shared with tests/cuda/bench_gemv.cu. */
 
 struct cu_gemv {
     float *part;
