@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "json_gate.h"
 #include "openai_response.h"
 #include "server.h"
 
@@ -94,7 +95,7 @@ void endpoint_memory(qsrv *s, const hreq *rq, hreply *out) {
 
 static json_t *parse_body(const hreq *rq, hreply *out) {
     json_error_t e;
-    json_t *root = json_loadb(rq->body, rq->body_n, JSON_REJECT_DUPLICATES, &e);
+    json_t *root = json_gate_loadb(rq->body, rq->body_n, JSON_REJECT_DUPLICATES, &e);
     if (!root) {
         server_error_reply(out, 400, "", "the body is not valid JSON: %s (line %d)", e.text, e.line);
         return NULL;

@@ -8,6 +8,8 @@
  * Not here: prompt length against the context (completion.c knows n_ctx and the template). */
 #include "openai_request.h"
 
+#include "json_gate.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -183,6 +185,8 @@ static int parse_fields(json_t *root, int is_chat, oai_request *req, oai_error *
         req->messages = json_object_get(root, "messages");
     } else if (check_prompt(json_object_get(root, "prompt"), req, err)) {
         return -1;
+    } else if (req->prompt_ids) { /* the ids are copied out: free the json array (~40 bytes an id) now */
+        json_object_del(root, "prompt");
     }
     /* max_completion_tokens is the newer name; when both are given the newer wins (OpenAI). */
     static const char *const MAXES[] = {"max_tokens", "max_completion_tokens"};
@@ -275,7 +279,7 @@ int oai_request_parse(const char *body, size_t n, int is_chat, oai_request *req,
     req->sampling = qsampling_default();
     req->sampling.temperature = 1.0f; /* OpenAI's default */
     json_error_t jerr;
-    req->root = json_loadb(body, n, JSON_REJECT_DUPLICATES, &jerr);
+    req->root = json_gate_loadb(body, n, JSON_REJECT_DUPLICATES, &jerr);
     if (!req->root) {
         oai_fail(err, 400, "", "the body is not valid JSON: %s (line %d, column %d)", jerr.text, jerr.line,
                  jerr.column);
