@@ -95,11 +95,14 @@ static void test_matmul_decode(void) {
 }
 
 /* matmul_multi (a block's projections in one launch) against one matmul per weight, bitwise, for
- * 4-bit and bf16 sets (with n_out not a multiple of 128 and different splits) and a mixed set (which
- * falls back to one launch per weight); 1, 6 and 37 rows. */
+ * 4-bit and bf16 sets (with n_out not a multiple of 128 and different splits, and the GDN block's
+ * shapes, whose weights alone would take different row tiles) and a mixed set (which falls back to one
+ * launch per weight); 1, 6 and 37 rows. */
 static void test_matmul_multi(void) {
     struct { qwfmt f[4]; int n_out[4], count, n_in; const char *name; } sets[] = {
         {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {1000, 64, 300, 32}, 4, 1024, "matmul_multi 4b x4"},
+        /* the GDN block's shapes: the 32-output weights alone take more row tiles than the job */
+        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {8192, 4096, 32, 32}, 4, 4096, "matmul_multi 4b gdn"},
         {{QW_BF16, QW_BF16}, {520, 96}, 2, 1056, "matmul_multi bf16 x2"},
         {{QW_AFFINE, QW_BF16, QW_AFFINE}, {256, 130, 33}, 3, 1024, "matmul_multi mixed x3"}};
     const int ns[3] = {1, 6, 37};

@@ -134,7 +134,7 @@ static int gemv_chunk(const qweight *W) {
 static qstatus tc_check(const float *x, int n, const qweight *W) {
     if ((((uintptr_t)x | (uintptr_t)W->w) & 15)) /* never fall back: the kernel is the weight's */
         return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
-    if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n) > 2147483647u)
+    if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n, 1) > 2147483647u) /* 1 tile: the most */
         return q_fail(Q_EINVAL, "cuda matmul: %d rows x %lld outputs is too large", n, (long long)W->n_out);
     return Q_OK;
 }
@@ -176,12 +176,13 @@ qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const 
         for (int i = 0; i < count; i++) Q_TRY(cuda_matmul(be, x, n, W[i], y[i]));
         return Q_OK;
     }
+    const int nt = gemv_tc_job_tiles(kind, n, count, W); /* the launch's, so each weight's tickets are its own */
     size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
     for (int i = 0; i < count; i++) {
         Q_TRY(tc_check(x, n, W[i]));
         off_p[i] = need_p, off_t[i] = need_t;
         need_p += gemv_tc_part_floats(W[i], n);
-        need_t += gemv_tc_ticks(W[i], n);
+        need_t += gemv_tc_ticks(W[i], n, nt);
     }
     float *part = NULL, *parts[GT_JOB];
     unsigned *tick = NULL, *ticks[GT_JOB];

@@ -453,9 +453,18 @@ static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
     const int S = gemv_tc_split(W, gemv_tc_kind(W));
     return S > 1 ? (size_t)S * (size_t)n * (size_t)W->n_out : 0;
 }
-static inline size_t gemv_tc_ticks(const qweight *W, int n) {
-    const int kind = gemv_tc_kind(W), rb = 4 * gemv_tc_tiles(W, kind, n);
-    return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + rb - 1) / rb);
+/* Row tiles of a launch for count weights sharing n rows: the fewest any of them takes, so every
+ * block's staged slice fits (a launch of one weight: that weight's own). */
+static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *const *W) {
+    int nt = GT_MAX_TILES;
+    for (int i = 0; i < count; i++) nt = min(nt, gemv_tc_tiles(W[i], kind, n));
+    return nt;
+}
+
+/* Ticket counters W needs on n rows in a launch of nt row tiles (gemv_tc_job_tiles): one per (output
+ * block, row chunk). */
+static inline size_t gemv_tc_ticks(const qweight *W, int n, int nt) {
+    return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + 4 * nt - 1) / (4 * nt));
 }
 
 /* More rows than GT_PRE_ROWS: x is split once per launch into `pre` (gemv_tc_pre_bytes), not by every
@@ -491,8 +500,9 @@ static inline void gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_
 }
 
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
- * weights sharing x; part[i] and tick[i] as gemv_tc_part_floats and gemv_tc_ticks ask for W[i], pre as
- * gemv_tc_pre_bytes asks. Returns the launch error. */
+ * weights sharing x; part[i] and tick[i] as gemv_tc_part_floats and gemv_tc_ticks (with this launch's
+ * gemv_tc_job_tiles: a weight that alone would take more tiles has more row chunks here) ask for W[i],
+ * pre as gemv_tc_pre_bytes asks. Returns the launch error. */
 static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
                                                float *const *y, float *const *part, unsigned *const *tick, void *pre,
                                                cudaStream_t st) {
@@ -509,9 +519,8 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         if (kind == 0) gemv_split_kernel<0><<<blocks, 256, 0, st>>>(x, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
         else gemv_split_kernel<64><<<blocks, 256, 0, st>>>(x, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
     }
-    int nt = GT_MAX_TILES;
+    const int nt = gemv_tc_job_tiles(kind, n, count, W);
     size_t smem = 0;
-    for (int i = 0; i < count; i++) nt = min(nt, gemv_tc_tiles(W[i], kind, n));
     int64_t blocks = 0;
     for (int i = 0; i < count; i++) {
         job.W[i] = *W[i], job.y[i] = y[i], job.part[i] = part[i], job.tick[i] = tick[i];
