@@ -61,6 +61,15 @@ static int ids_equal(const char *text, const json_t *want, char *why, size_t cap
     return i == n;
 }
 
+/* Runs cmd and fails prompt i unless its output is the ids want (what names the command). */
+static void expect_ids(const char *cmd, json_t *want, size_t i, const char *what) {
+    char why[200];
+    char *out = run(cmd);
+    if (!out) fail_msg("prompt %zu: %s failed", i, what);
+    if (!ids_equal(out, want, why, sizeof why)) fail_msg("prompt %zu: %s differs from transformers: %s", i, what, why);
+    free(out);
+}
+
 static void test_pycoder_goldens(void **state) {
     (void)state;
     const char *model = env_or("QUILL_PYCODER_MODEL", QUILL_SOURCE_DIR "/models/qwen35-pycoder");
@@ -79,7 +88,7 @@ static void test_pycoder_goldens(void **state) {
     assert_true(json_array_size(prompts) >= 3);
     char dir[] = "/tmp/quill-pycoder-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char file[1200], cmd[4096], why[200];
+    char file[1200], cmd[4096];
     snprintf(file, sizeof file, "%s/prompt.txt", dir);
     size_t i;
     json_t *p;
@@ -93,23 +102,15 @@ static void test_pycoder_goldens(void **state) {
         assert_int_equal(fclose(f), 0);
 
         snprintf(cmd, sizeof cmd, "'%s' tokenize '%s' --file '%s'", QUILL_BINARY, model, file);
-        char *out = run(cmd);
-        if (!out) fail_msg("prompt %zu: quill tokenize failed", i);
-        if (!ids_equal(out, json_object_get(p, "ids"), why, sizeof why))
-            fail_msg("prompt %zu: quill tokenize differs from transformers: %s", i, why);
-        free(out);
+        expect_ids(cmd, json_object_get(p, "ids"), i, "quill tokenize");
 
         snprintf(cmd, sizeof cmd, "'%s' run '%s' --backend cpu --prompt-file '%s' -n %d --print-ids 2>/dev/null",
                  QUILL_BINARY, model, file, n);
-        out = run(cmd);
-        if (!out) fail_msg("prompt %zu: quill run failed", i);
-        if (!ids_equal(out, json_object_get(p, "greedy"), why, sizeof why))
-            fail_msg("prompt %zu: quill run's greedy ids differ from transformers': %s", i, why);
-        free(out);
+        expect_ids(cmd, json_object_get(p, "greedy"), i, "quill run --print-ids (greedy)");
 
         snprintf(cmd, sizeof cmd, "'%s' run '%s' --backend cpu --prompt-file '%s' -n %d 2>/dev/null",
                  QUILL_BINARY, model, file, n);
-        out = run(cmd);
+        char *out = run(cmd);
         if (!out) fail_msg("prompt %zu: quill run (text) failed", i);
         const char *want = json_string_value(json_object_get(p, "completion_text"));
         size_t len = strlen(out);

@@ -7,25 +7,9 @@
 #include <string.h>
 
 #include "harness.h"
+#include "jinja_check.h"
 #include "tokenizer/jinja.h"
 #include "util/fileio.h"
-
-/* Renders src with vars (JSON text, or NULL) and compares with want. */
-static void check(const char *src, const char *vars, const char *want) {
-    jinja_tmpl *t;
-    json_error_t je;
-    json_t *v = vars ? json_loads(vars, 0, &je) : NULL;
-    char *out;
-    size_t n;
-    if (vars && !v) fail_msg("bad test JSON: %s", je.text);
-    assert_ok(jinja_compile(src, strlen(src), &t));
-    assert_ok(jinja_render(t, v, &out, &n));
-    if (strcmp(out, want)) fail_msg("template %s\n want [%s]\n got  [%s]", src, want, out);
-    assert_int_equal(n, strlen(want));
-    free(out);
-    jinja_free(t);
-    json_decref(v);
-}
 
 /* Compiles and renders; expects status st with `needle` in the message. */
 static void check_err(const char *src, const char *vars, qstatus st, const char *needle) {

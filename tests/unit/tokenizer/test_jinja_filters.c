@@ -6,22 +6,8 @@
 #include <string.h>
 
 #include "harness.h"
+#include "jinja_check.h"
 #include "tokenizer/jinja.h"
-
-static void check(const char *src, const char *vars, const char *want) {
-    jinja_tmpl *t;
-    json_error_t je;
-    json_t *v = vars ? json_loads(vars, 0, &je) : NULL;
-    char *out;
-    size_t n;
-    if (vars && !v) fail_msg("bad test JSON: %s", je.text);
-    assert_ok(jinja_compile(src, strlen(src), &t));
-    assert_ok(jinja_render(t, v, &out, &n));
-    if (strcmp(out, want)) fail_msg("template %s\n want [%s]\n got  [%s]", src, want, out);
-    free(out);
-    jinja_free(t);
-    json_decref(v);
-}
 
 static void test_tojson(void **state) {
     (void)state;
