@@ -9,18 +9,23 @@
 #include "openai_response.h"
 #include "server.h"
 
+/* Puts text (owned, JSON; NULL: out of memory) into out as a 200 JSON body. */
+static void text_out(hreply *out, char *text) {
+    if (!text || sbuf_adds(&out->body, text)) {
+        free(text);
+        server_error_reply(out, 500, "", "out of memory");
+        return;
+    }
+    free(text);
+    out->status = 200;
+    out->ctype = "application/json";
+}
+
 /* Dumps root (stolen) into out as a 200 JSON body. */
 static void json_out(hreply *out, json_t *root) {
     char *s = root ? json_dumps(root, JSON_COMPACT) : NULL;
     json_decref(root);
-    if (!s || sbuf_adds(&out->body, s)) {
-        free(s);
-        server_error_reply(out, 500, "", "out of memory");
-        return;
-    }
-    free(s);
-    out->status = 200;
-    out->ctype = "application/json";
+    text_out(out, s);
 }
 
 void endpoint_models(qsrv *s, const hreq *rq, hreply *out) {
@@ -83,14 +88,7 @@ void endpoint_memory(qsrv *s, const hreq *rq, hreply *out) {
         server_error_reply(out, 503, "", "memory figures unavailable: %s", q_lasterr());
         return;
     }
-    if (sbuf_adds(&out->body, text)) {
-        free(text);
-        server_error_reply(out, 500, "", "out of memory");
-        return;
-    }
-    free(text);
-    out->status = 200;
-    out->ctype = "application/json";
+    text_out(out, text);
 }
 
 static json_t *parse_body(const hreq *rq, hreply *out) {
