@@ -130,10 +130,17 @@ static int gemv_chunk(const qweight *W) {
     return 0;
 }
 
-/* The checks every tensor-core call makes; kind is gemv_tc_kind(W). */
-static qstatus tc_check(const float *x, int n, const qweight *W) {
-    if ((((uintptr_t)x | (uintptr_t)W->w) & 15)) /* never fall back: the kernel is the weight's */
+/* The 16-byte loads of the tensor-core and SIMT gemv kernels. No fallback to another kernel: the
+ * kernel is the weight's (EXACT(batch)). */
+static qstatus check_aligned(const float *x, const qweight *W) {
+    if ((((uintptr_t)x | (uintptr_t)W->w) & 15))
         return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
+    return Q_OK;
+}
+
+/* The checks every tensor-core call makes. */
+static qstatus tc_check(const float *x, int n, const qweight *W) {
+    Q_TRY(check_aligned(x, W));
     if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n, 1) > 2147483647u) /* 1 tile: the most */
         return q_fail(Q_EINVAL, "cuda matmul: %d rows x %lld outputs is too large", n, (long long)W->n_out);
     return Q_OK;
@@ -145,9 +152,8 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     const int kind = gemv_tc_kind(W);
     if (kind >= 0) return cuda_matmul_multi(be, x, n, 1, &W, &y);
     const int ch = gemv_chunk(W);
-    if (ch && (((uintptr_t)x | (uintptr_t)W->w) & 15))
-        return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
     if (ch) {
+        Q_TRY(check_aligned(x, W));
         dim3 grid(cu_blocks(W->n_out, GV_WARPS), cu_blocks(n, GV_ROWS));
         if (ch == 8) gemv_kernel<8><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);
         else gemv_kernel<32><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);

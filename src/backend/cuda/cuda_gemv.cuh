@@ -431,20 +431,18 @@ static inline int gemv_tc_split(const qweight *W, int kind) {
     return S;
 }
 
-/* Row tiles per block for n rows: as many as n needs (1, 2 or 4) while the staged slice fits. */
-static inline int gemv_tc_tiles(const qweight *W, int kind, int n) {
-    const int64_t U = W->n_in / gemv_tc_unit_k(kind);
-    const int S = gemv_tc_split(W, kind);
-    const size_t slice = (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind);
-    int nt = 1;
-    while (nt < GT_MAX_TILES && nt * 4 < n && slice * (size_t)(nt * 2) <= GT_SMEM_MAX) nt *= 2;
-    return nt;
-}
-
+/* Shared memory of a block with nt row tiles: nt staged tiles of the weight's longest slice. */
 static inline size_t gemv_tc_smem(const qweight *W, int kind, int nt) {
     const int64_t U = W->n_in / gemv_tc_unit_k(kind);
     const int S = gemv_tc_split(W, kind);
     return (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind) * (size_t)nt;
+}
+
+/* Row tiles per block for n rows: as many as n needs (1, 2, 4 or 8) while the staged slice fits. */
+static inline int gemv_tc_tiles(const qweight *W, int kind, int n) {
+    int nt = 1;
+    while (nt < GT_MAX_TILES && nt * 4 < n && gemv_tc_smem(W, kind, nt * 2) <= GT_SMEM_MAX) nt *= 2;
+    return nt;
 }
 
 /* Scratch a call needs: partial floats (S > 1) and ticket counters (zeroed once; each call leaves them
