@@ -7,6 +7,7 @@
 #   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
 #   profile  quill bench --profile: the per-op GPU time table of a decode step (1 and 64 streams) and of a prefill
+#   ncu      tests/cuda/ncu_decode.sh on the 4-bit model (its reports come back in $OUT)
 # The summary ($OUT/summary.md) is written as the run goes, so a call cut short still brings it back;
 # logs go to $OUT/logs.tar.gz at the end.
 set -u
@@ -35,7 +36,7 @@ cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_C
   cmake --build build-cuda -j "$(nproc)" >>"$log" 2>&1 || { tail -60 "$log" | tee -a "$summary"; echo "build failed"; exit 1; }
 
 m=/tmp/m9
-if has decode || has prefill || has profile; then # the model files are made on the CPU while the GPU checks run
+if has decode || has prefill || has profile || has ncu; then # the model files are made on the CPU while the GPU checks run
   ( [ -d $m ] || build-cuda/quill synth --preset 9b $m >>"$OUT/synth.log" 2>&1
     [ -d ${m}q4 ] || build-cuda/quill quantize $m ${m}q4 --bits 4 --group-size 64 >>"$OUT/synth.log" 2>&1 ) &
   synth_pid=$!
@@ -75,6 +76,7 @@ if has decode; then
     B="build-cuda/quill bench $w --backend cuda"
     q 90 "decode $w" X=1 $B --prefill '' --contexts 0,32768 --streams 4,16,64 --steps 16
     q 40 "decode $w, graphs on" QUILL_CUDA_GRAPHS=1 $B --prefill '' --contexts 0 --streams '' --steps 16
+    q 40 "decode $w, PDL off" QUILL_CUDA_PDL=0 $B --prefill '' --contexts 0 --streams 4 --steps 16
   done
 fi
 if has prefill; then
@@ -94,6 +96,12 @@ if has profile; then
     --contexts '' --streams 64 --steps 8
   q 60 "profile ${m}q4: prefill 4096" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill 4096 \
     --prefill-chunk 4096 --contexts '' --streams ''
+fi
+if has ncu; then
+  stamp ncu
+  echo "## ncu: decode matmuls of ${m}q4" >>"$summary"
+  MODEL=${m}q4 BUILD=build-cuda OUT=$FINAL timeout 240 bash tests/cuda/ncu_decode.sh >>"$summary" 2>&1
+  echo "rc=$?" >>"$summary"
 fi
 stamp done
 tar -C "$OUT" -czf "$FINAL/logs.tar.gz" --exclude=bench_gemv --exclude=tune_gemv . 2>/dev/null

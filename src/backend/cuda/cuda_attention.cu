@@ -20,6 +20,7 @@ typedef struct rope_freqs { float inv[ROPE_MAX_PAIRS]; } rope_freqs;
 
 __global__ void rope_kernel(float *x, int n_heads, int head_dim, int half, const int32_t *__restrict__ pos,
                             rope_freqs f) {
+    cu_pdl_enter();
     const int r = blockIdx.x;
     const float p = (float)pos[r];
     for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
@@ -44,13 +45,13 @@ qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int 
         const float e = (float)(2 * j) / (float)rot_dim;
         f.inv[j] = 1.0f / (float)pow((double)theta, (double)e);
     }
-    rope_kernel<<<n, 128, 0, cu_stream(be)>>>(x, n_heads, head_dim, half, pos, f);
-    CU_LAUNCHED("rope");
+    CU_TRY(cu_launch(rope_kernel, n, 128, 0, cu_stream(be), x, n_heads, head_dim, half, pos, f), "rope");
     return Q_OK;
 }
 
 __global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v, int row0, int pos0,
                                 int width, float *kc, float *vc) {
+    cu_pdl_enter();
     const int r = blockIdx.x;
     const float *ks = k + (int64_t)(row0 + r) * width, *vs = v + (int64_t)(row0 + r) * width;
     float *kd = kc + (int64_t)(pos0 + r) * width, *vd = vc + (int64_t)(pos0 + r) * width;
@@ -119,6 +120,7 @@ __device__ void block_attend(const float *__restrict__ qr, const float *__restri
 __global__ void __launch_bounds__(ATT_WARPS * 32)
 attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *__restrict__ kc,
                  const float *__restrict__ vc, int n_q, int n_kv, int dim, float scale, float *__restrict__ out) {
+    cu_pdl_enter();
     const int r = blockIdx.x, h = blockIdx.y;
     const int64_t at = ((int64_t)(row0 + r) * n_q + h) * dim;
     block_attend(q + at, kc, vc, 0, pos0 + r + 1, n_kv, h / (n_q / n_kv), dim, scale, true, out + at, NULL);
@@ -139,6 +141,7 @@ typedef struct att_row {
 
 __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                      const att_row *__restrict__ rows, int width) {
+    cu_pdl_enter();
     const att_row rw = rows[blockIdx.x];
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
         rw.kc[(int64_t)rw.pos * width + i] = k[(int64_t)rw.row * width + i];
@@ -156,6 +159,7 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
 __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
 attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ rows, int n_q, int n_kv, int dim,
                        float scale, int max_splits, float *__restrict__ part) {
+    cu_pdl_enter();
     __shared__ float part_m[ATT_SPLIT_WARPS][ATT_GROUP], part_l[ATT_SPLIT_WARPS][ATT_GROUP];
     __shared__ float part_acc[ATT_SPLIT_WARPS][ATT_GROUP][ATT_MAX_PER_LANE * 32];
     const att_row rw = rows[blockIdx.x];
@@ -226,6 +230,7 @@ attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ 
 
 __global__ void attention_combine_kernel(const att_row *__restrict__ rows, int n_q, int dim, int max_splits,
                                          const float *__restrict__ part, float *__restrict__ out) {
+    cu_pdl_enter();
     const att_row rw = rows[blockIdx.x];
     const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1;
     const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * (dim + 2);
@@ -268,15 +273,16 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     const int max_splits = max_pos / ATT_SPLIT + 1;
     float *part = NULL;
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
-    kv_write_rows_kernel<<<n_rows, 256, 0, cu_stream(be)>>>(k, v, (const att_row *)dtab, n_kv * dim);
-    CU_LAUNCHED("attention kv write (decode)");
+    CU_TRY(cu_launch(kv_write_rows_kernel, n_rows, 256, 0, cu_stream(be), k, v, (const att_row *)dtab, n_kv * dim),
+           "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
-    attention_split_kernel<<<dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits), ATT_SPLIT_WARPS * 32, 0,
-                             cu_stream(be)>>>(q, (const att_row *)dtab, n_q, n_kv, dim, scale, max_splits, part);
-    CU_LAUNCHED("attention (decode split)");
-    attention_combine_kernel<<<dim3((unsigned)n_rows, (unsigned)n_q), 128, 0, cu_stream(be)>>>(
-        (const att_row *)dtab, n_q, dim, max_splits, part, out);
-    CU_LAUNCHED("attention (decode combine)");
+    CU_TRY(cu_launch(attention_split_kernel, dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits),
+                     ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, (const att_row *)dtab, n_q, n_kv, dim, scale,
+                     max_splits, part),
+           "attention (decode split)");
+    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q), 128, 0, cu_stream(be),
+                     (const att_row *)dtab, n_q, dim, max_splits, part, out),
+           "attention (decode combine)");
     return Q_OK;
 }
 
@@ -289,18 +295,18 @@ qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float
     for (int s = 0; s < n_seqs; s++) { /* prompt seqs: the K/V write, then one attention launch each */
         const qseq *sq = &seqs[s];
         if (sq->n_rows <= 0 || !sq->chunked) continue;
-        kv_write_kernel<<<sq->n_rows, 256, 0, cu_stream(be)>>>(k, v, sq->row0, sq->pos0, n_kv * dim, k_cache[s],
-                                                               v_cache[s]);
-        CU_LAUNCHED("attention kv write");
+        CU_TRY(cu_launch(kv_write_kernel, sq->n_rows, 256, 0, cu_stream(be), k, v, sq->row0, sq->pos0, n_kv * dim,
+                         k_cache[s], v_cache[s]),
+               "attention kv write");
         if (cuda_flash_supported(n_q, n_kv, dim)) { /* tensor cores, GQA-packed (cuda_flash_prefill.cu) */
             Q_TRY(cuda_flash_prefill(be, q, sq->row0, sq->n_rows, sq->pos0, k_cache[s], v_cache[s], n_q, n_kv, dim,
                                      scale, cuda_flash_precision(), out));
             continue;
         }
         dim3 grid((unsigned)sq->n_rows, (unsigned)n_q); /* other shapes: a block per (row, head) */
-        attention_kernel<<<grid, ATT_WARPS * 32, 0, cu_stream(be)>>>(q, sq->row0, sq->pos0, k_cache[s],
-                                                                     v_cache[s], n_q, n_kv, dim, scale, out);
-        CU_LAUNCHED("attention");
+        CU_TRY(cu_launch(attention_kernel, grid, ATT_WARPS * 32, 0, cu_stream(be), q, sq->row0, sq->pos0, k_cache[s],
+                         v_cache[s], n_q, n_kv, dim, scale, out),
+               "attention");
     }
     return Q_OK;
 }

@@ -85,6 +85,48 @@ static inline bool cu_capturing(cudaStream_t st) {
 /* After a launch: a bad configuration shows here, a fault at the next synchronising call. */
 #define CU_LAUNCHED(op) CU_TRY(cudaGetLastError(), op)
 
+/* Programmatic dependent launch (Hopper): the decode ops' kernels go out with cu_launch, which lets a
+ * kernel's blocks start while the kernel before it in the stream is still running, so the launch, the
+ * block start and (for the matmul) the first weight loads overlap the previous op instead of following
+ * it. The rule that keeps this correct: every kernel launched by cu_launch calls cu_pdl_enter() before it
+ * reads or writes anything another op touches (weights, which nothing writes, may be read before), and
+ * before it returns on any path. cu_pdl_enter waits until the previous grid has completed and its writes
+ * are visible, then lets the next grid start; waiting first keeps at most two grids resident. Order and
+ * arithmetic are unchanged. On GPUs before sm_90 both are no-ops; QUILL_CUDA_PDL=0 launches plainly. */
+__device__ __forceinline__ void cu_pdl_enter(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+static inline int cu_pdl_on(void) {
+    static int on = -1; /* racing first readers compute the same value */
+    if (on < 0) {
+        const char *e = getenv("QUILL_CUDA_PDL");
+        int dev = 0, major = 0;
+        on = !(e && !strcmp(e, "0")) && cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    }
+    return on;
+}
+
+/* kernel<<<grid, block, smem, st>>>(args...) with programmatic dependent launch where cu_pdl_on();
+ * returns the launch error. */
+template <typename... P, typename... A>
+static inline cudaError_t cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                    A &&...args) {
+    cudaLaunchAttribute at[1];
+    memset(at, 0, sizeof at);
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = cu_pdl_on() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+
 static inline unsigned cu_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* Butterfly sum over the warp: every lane gets the same value, in the same order on every call. */

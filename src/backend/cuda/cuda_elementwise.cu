@@ -5,31 +5,32 @@
 #define EW_THREADS 256
 
 __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t n) {
+    cu_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i < n) x[i] += y[i];
 }
 
 qstatus cuda_add(qbackend *be, float *x, const float *y, int64_t n) {
     if (n <= 0) return Q_OK;
-    add_kernel<<<cu_blocks(n, EW_THREADS), EW_THREADS, 0, cu_stream(be)>>>(x, y, n);
-    CU_LAUNCHED("add");
+    CU_TRY(cu_launch(add_kernel, cu_blocks(n, EW_THREADS), EW_THREADS, 0, cu_stream(be), x, y, n), "add");
     return Q_OK;
 }
 
 __global__ void swiglu_kernel(const float *gate, const float *up, int64_t n, float *y) {
+    cu_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i < n) y[i] = silu_f(gate[i]) * up[i];
 }
 
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y) {
     if (n <= 0) return Q_OK;
-    swiglu_kernel<<<cu_blocks(n, EW_THREADS), EW_THREADS, 0, cu_stream(be)>>>(gate, up, n, y);
-    CU_LAUNCHED("swiglu");
+    CU_TRY(cu_launch(swiglu_kernel, cu_blocks(n, EW_THREADS), EW_THREADS, 0, cu_stream(be), gate, up, n, y), "swiglu");
     return Q_OK;
 }
 
 __global__ void mul_sigmoid_kernel(float *out, const float *__restrict__ gate, int64_t gs, int64_t n_vec,
                                    int dim) {
+    cu_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i >= n_vec * dim) return;
     const int64_t v = i / dim, d = i % dim;
@@ -39,9 +40,8 @@ __global__ void mul_sigmoid_kernel(float *out, const float *__restrict__ gate, i
 qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
                          int dim) {
     if (n_vec <= 0) return Q_OK;
-    mul_sigmoid_kernel<<<cu_blocks(n_vec * dim, EW_THREADS), EW_THREADS, 0, cu_stream(be)>>>(
-        out, gate, gate_stride, n_vec, dim);
-    CU_LAUNCHED("mul_sigmoid");
+    CU_TRY(cu_launch(mul_sigmoid_kernel, cu_blocks(n_vec * dim, EW_THREADS), EW_THREADS, 0, cu_stream(be), 
+        out, gate, gate_stride, n_vec, dim), "mul_sigmoid");
     return Q_OK;
 }
 
@@ -59,6 +59,7 @@ __device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
 
 __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float *__restrict__ x, int n_cols,
                                                             int32_t *__restrict__ out) {
+    cu_pdl_enter();
     __shared__ float sv[AM_THREADS / 32];
     __shared__ int si[AM_THREADS / 32];
     const float *row = x + (int64_t)blockIdx.x * n_cols;
@@ -93,7 +94,6 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float *__restr
 qstatus cuda_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out) {
     if (n_cols <= 0 || n_rows < 0) return q_fail(Q_EINVAL, "cuda argmax: %d rows of %d", n_rows, n_cols);
     if (n_rows == 0) return Q_OK;
-    argmax_kernel<<<(unsigned)n_rows, AM_THREADS, 0, cu_stream(be)>>>(x, n_cols, out);
-    CU_LAUNCHED("argmax");
+    CU_TRY(cu_launch(argmax_kernel, (unsigned)n_rows, AM_THREADS, 0, cu_stream(be), x, n_cols, out), "argmax");
     return Q_OK;
 }

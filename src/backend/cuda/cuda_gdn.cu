@@ -46,6 +46,7 @@ static qstatus stage_seqs(qbackend *be, const qseq *seqs, int n_seqs, float *con
 
 __global__ void conv1d_silu_kernel(const float *__restrict__ x, const seq_desc *__restrict__ seqs,
                                    const float *__restrict__ w, int C, int K, float *__restrict__ y) {
+    cu_pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
     float *state = seqs[blockIdx.z].state;
@@ -92,14 +93,14 @@ qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_s
     const seq_desc *d = NULL;
     Q_TRY(stage_seqs(be, seqs, n_seqs, state, &d));
     dim3 grid(cu_blocks(channels, 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
-    conv1d_silu_kernel<<<grid, 128, 0, cu_stream(be)>>>(x, d, w, channels, kernel, y);
-    CU_LAUNCHED("conv1d_silu");
+    CU_TRY(cu_launch(conv1d_silu_kernel, grid, 128, 0, cu_stream(be), x, d, w, channels, kernel, y), "conv1d_silu");
     return Q_OK;
 }
 
 __global__ void gdn_gates_kernel(const float *a, const float *b, int64_t total, int heads,
                                  const float *__restrict__ A_log, const float *__restrict__ dt_bias, float *g,
                                  float *beta) {
+    cu_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= total) return;
     const int h = (int)(i % heads);
@@ -113,8 +114,9 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
                        const float *dt_bias, float *g, float *beta) {
     const int64_t total = n * heads;
     if (total <= 0) return Q_OK;
-    gdn_gates_kernel<<<cu_blocks(total, 256), 256, 0, cu_stream(be)>>>(a, b, total, heads, A_log, dt_bias, g, beta);
-    CU_LAUNCHED("gdn_gates");
+    CU_TRY(cu_launch(gdn_gates_kernel, cu_blocks(total, 256), 256, 0, cu_stream(be), a, b, total, heads, A_log,
+                     dt_bias, g, beta),
+           "gdn_gates");
     return Q_OK;
 }
 
@@ -126,6 +128,7 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                    const seq_desc *__restrict__ seqs, qgdn_dims d, float *__restrict__ out) {
+    cu_pdl_enter();
     __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32];
     const int h = blockIdx.x;
     const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
@@ -220,7 +223,7 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         Q_TRY(st);
     }
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
-    gated_delta_kernel<<<grid, dims.k_dim, 0, cu_stream(be)>>>(qkv, g, beta, d, dims, out);
-    CU_LAUNCHED("gated_delta");
+    CU_TRY(cu_launch(gated_delta_kernel, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out),
+           "gated_delta");
     return Q_OK;
 }

@@ -21,6 +21,7 @@
 
 __global__ void __launch_bounds__(MM_THREADS) matmul_kernel(const float *__restrict__ x, int n,
                                                             qweight W, float *__restrict__ y) {
+    cu_pdl_enter();
     __shared__ float red[33];
     const int64_t o = blockIdx.x;
     const int r0 = blockIdx.y * MM_ROWS;
@@ -155,14 +156,13 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     if (ch) {
         Q_TRY(check_aligned(x, W));
         dim3 grid(cu_blocks(W->n_out, GV_WARPS), cu_blocks(n, GV_ROWS));
-        if (ch == 8) gemv_kernel<8><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);
-        else gemv_kernel<32><<<grid, GV_WARPS * 32, 0, cu_stream(be)>>>(x, n, *W, y);
-        CU_LAUNCHED("matmul (gemv)");
+        CU_TRY(cu_launch(ch == 8 ? gemv_kernel<8> : gemv_kernel<32>, grid, GV_WARPS * 32, 0, cu_stream(be), x, n, *W,
+                         y),
+               "matmul (gemv)");
         return Q_OK;
     }
     dim3 grid((unsigned)W->n_out, cu_blocks(n, MM_ROWS));
-    matmul_kernel<<<grid, MM_THREADS, 0, cu_stream(be)>>>(x, n, *W, y);
-    CU_LAUNCHED("matmul");
+    CU_TRY(cu_launch(matmul_kernel, grid, MM_THREADS, 0, cu_stream(be), x, n, *W, y), "matmul");
     return Q_OK;
 }
 

@@ -159,6 +159,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int
 template <int Q>
 __global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, int n, int64_t K,
                                                          uint4 *__restrict__ xs, float *__restrict__ Xs) {
+    cu_pdl_enter();
     const int nt = (n + 3) / 4;
     gt_stage<Q>(x, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs, (int)(blockIdx.x * blockDim.x + threadIdx.x),
                 (int)(gridDim.x * blockDim.x));
@@ -374,6 +375,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
                 if (4 * q < us) gt_sload<Q>(sb[q], s0, s8, bb0, bb8, ub, 4 * q, us, t);
         }
     }
+    cu_pdl_enter(); /* x, the partials and the tickets are the previous ops' */
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
     if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, U, row0, nt, u_begin, us, sx, sX);
@@ -488,13 +490,14 @@ template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
 static inline cudaError_t gemv_tc_init(void) { return gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess))); }
 
 template <int Q>
-static inline void gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_t st, const float *x, int n,
-                               const gt_job &job) {
-    if (!job.xs) gemv_tc_kernel<Q, 1, false><<<blocks, GT_THREADS, smem, st>>>(x, n, job); /* n <= 4: nt = 1 */
-    else if (nt == 1) gemv_tc_kernel<Q, 1, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
-    else if (nt == 2) gemv_tc_kernel<Q, 2, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
-    else if (nt == 4) gemv_tc_kernel<Q, 4, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
-    else gemv_tc_kernel<Q, 8, true><<<blocks, GT_THREADS, smem, st>>>(x, n, job);
+static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_t st, const float *x, int n,
+                                      const gt_job &job) {
+    void (*k)(const float *, int, const gt_job) = !job.xs ? gemv_tc_kernel<Q, 1, false> /* n <= 4: nt = 1 */
+                                                  : nt == 1 ? gemv_tc_kernel<Q, 1, true>
+                                                  : nt == 2 ? gemv_tc_kernel<Q, 2, true>
+                                                  : nt == 4 ? gemv_tc_kernel<Q, 4, true>
+                                                            : gemv_tc_kernel<Q, 8, true>;
+    return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -514,8 +517,9 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
         const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
-        if (kind == 0) gemv_split_kernel<0><<<blocks, 256, 0, st>>>(x, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
-        else gemv_split_kernel<64><<<blocks, 256, 0, st>>>(x, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
+        const cudaError_t e = cu_launch(kind == 0 ? gemv_split_kernel<0> : gemv_split_kernel<64>, blocks, 256, 0, st, x,
+                                        n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
+        if (e != cudaSuccess) return e;
     }
     const int nt = gemv_tc_job_tiles(kind, n, count, W);
     size_t smem = 0;
@@ -530,10 +534,9 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     job.start[count] = (int)blocks;
     job.count = count;
-    if (kind == 0) gt_launch_q<0>(nt, (unsigned)blocks, smem, st, x, n, job);
-    else if (kind == 64) gt_launch_q<64>(nt, (unsigned)blocks, smem, st, x, n, job);
-    else gt_launch_q<128>(nt, (unsigned)blocks, smem, st, x, n, job);
-    return cudaGetLastError();
+    if (kind == 0) return gt_launch_q<0>(nt, (unsigned)blocks, smem, st, x, n, job);
+    if (kind == 64) return gt_launch_q<64>(nt, (unsigned)blocks, smem, st, x, n, job);
+    return gt_launch_q<128>(nt, (unsigned)blocks, smem, st, x, n, job);
 }
 
 static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,

@@ -16,6 +16,7 @@
 template <int CH> /* elements per 16-byte chunk: 8 = bf16, 32 = 4-bit affine */
 __global__ void __launch_bounds__(GV_WARPS * 32) gemv_kernel(const float *__restrict__ x, int n, qweight W,
                                                              float *__restrict__ y) {
+    cu_pdl_enter();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t o = (int64_t)blockIdx.x * GV_WARPS + warp;
     if (o >= W.n_out) return; /* whole warps */

@@ -13,6 +13,7 @@ static qstatus check_weight(const qweight *W, const char *op) {
 }
 
 __global__ void embed_kernel(qweight T, const int32_t *__restrict__ ids, float *__restrict__ y) {
+    cu_pdl_enter();
     const int r = blockIdx.x;
     const int32_t id = ids[r];
     const bool ok = id >= 0 && id < T.n_out; /* the model validated ids; never read outside */
@@ -23,7 +24,6 @@ __global__ void embed_kernel(qweight T, const int32_t *__restrict__ ids, float *
 qstatus cuda_embed(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y) {
     if (n <= 0) return Q_OK;
     Q_TRY(check_weight(table, "embed"));
-    embed_kernel<<<n, 256, 0, cu_stream(be)>>>(*table, ids, y);
-    CU_LAUNCHED("embed");
+    CU_TRY(cu_launch(embed_kernel, n, 256, 0, cu_stream(be), *table, ids, y), "embed");
     return Q_OK;
 }

@@ -19,6 +19,7 @@
 
 __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const float *x, int64_t xs, const float *__restrict__ w,
                                                                int dim, float eps, float *y, int64_t ys) {
+    cu_pdl_enter();
     __shared__ float red[33];
     const float *xv = x + (int64_t)blockIdx.x * xs;
     float ss = 0.0f;
@@ -32,8 +33,9 @@ qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float
                      float eps, float *y, int64_t y_stride) {
     if (n_vec <= 0) return Q_OK;
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda rmsnorm: too many vectors");
-    rmsnorm_kernel<<<(unsigned)n_vec, NORM_THREADS, 0, cu_stream(be)>>>(x, x_stride, w, dim, eps, y, y_stride);
-    CU_LAUNCHED("rmsnorm");
+    CU_TRY(cu_launch(rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, x_stride, w, dim, eps, y,
+                     y_stride),
+           "rmsnorm");
     return Q_OK;
 }
 
@@ -42,6 +44,7 @@ qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float
 __global__ void __launch_bounds__(NORM_THREADS) add_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ r,
                                                                    const float *__restrict__ w, int dim, float eps,
                                                                    float *__restrict__ y) {
+    cu_pdl_enter();
     __shared__ float red[33];
     float *__restrict__ xv = x + (int64_t)blockIdx.x * dim;
     const float *__restrict__ rv = r + (int64_t)blockIdx.x * dim;
@@ -57,14 +60,15 @@ qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w,
                          float *y) {
     if (n_vec <= 0) return Q_OK;
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda add_rmsnorm: too many vectors");
-    add_rmsnorm_kernel<<<(unsigned)n_vec, NORM_THREADS, 0, cu_stream(be)>>>(x, r, w, dim, eps, y);
-    CU_LAUNCHED("add_rmsnorm");
+    CU_TRY(cu_launch(add_rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, r, w, dim, eps, y),
+           "add_rmsnorm");
     return Q_OK;
 }
 
 __global__ void __launch_bounds__(NORM_THREADS) gated_rmsnorm_kernel(const float *x, const float *__restrict__ z,
                                                                      const float *__restrict__ w, int dim, float eps,
                                                                      float *y) {
+    cu_pdl_enter();
     __shared__ float red[33];
     const int64_t base = (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -77,7 +81,7 @@ qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const f
                            int dim, float eps, float *y) {
     if (n_vec <= 0) return Q_OK;
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda gated_rmsnorm: too many vectors");
-    gated_rmsnorm_kernel<<<(unsigned)n_vec, NORM_THREADS, 0, cu_stream(be)>>>(x, z, w, dim, eps, y);
-    CU_LAUNCHED("gated_rmsnorm");
+    CU_TRY(cu_launch(gated_rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, z, w, dim, eps, y),
+           "gated_rmsnorm");
     return Q_OK;
 }
