@@ -140,9 +140,9 @@ typedef struct att_row {
 } att_row;
 
 __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *__restrict__ v,
-                                     const att_row *__restrict__ rows, int width) {
+                                     const __grid_constant__ cu_tab rows, int width) {
     cu_pdl_enter();
-    const att_row rw = rows[blockIdx.x];
+    const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
         rw.kc[(int64_t)rw.pos * width + i] = k[(int64_t)rw.row * width + i];
         rw.vc[(int64_t)rw.pos * width + i] = v[(int64_t)rw.row * width + i];
@@ -157,12 +157,12 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
 #define ATT_GROUP 4
 #define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
 __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
-attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ rows, int n_q, int n_kv, int dim,
+attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_tab rows, int n_q, int n_kv, int dim,
                        float scale, int max_splits, float *__restrict__ part) {
     cu_pdl_enter();
     __shared__ float part_m[ATT_SPLIT_WARPS][ATT_GROUP], part_l[ATT_SPLIT_WARPS][ATT_GROUP];
     __shared__ float part_acc[ATT_SPLIT_WARPS][ATT_GROUP][ATT_MAX_PER_LANE * 32];
-    const att_row rw = rows[blockIdx.x];
+    const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
     const int G = n_q / n_kv, groups = (G + ATT_GROUP - 1) / ATT_GROUP;
     const int kvh = blockIdx.y / groups, g0 = (blockIdx.y % groups) * ATT_GROUP;
     const int h0 = kvh * G + g0, nh = min(ATT_GROUP, G - g0);
@@ -228,10 +228,10 @@ attention_split_kernel(const float *__restrict__ q, const att_row *__restrict__ 
     }
 }
 
-__global__ void attention_combine_kernel(const att_row *__restrict__ rows, int n_q, int dim, int max_splits,
+__global__ void attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
                                          const float *__restrict__ part, float *__restrict__ out) {
     cu_pdl_enter();
-    const att_row rw = rows[blockIdx.x];
+    const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
     const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1;
     const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * (dim + 2);
     float M = p[0];
@@ -266,22 +266,22 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
         for (int r = 0; r < seqs[s].n_rows; r++)
             tab[i++] = (att_row){k_cache[s], v_cache[s], seqs[s].pos0 + r, seqs[s].row0 + r};
     }
-    void *dtab = NULL;
-    qstatus st = cu_stage(be, tab, (size_t)n_rows * sizeof *tab, &dtab);
+    cu_tab dtab;
+    qstatus st = cu_tab_make(be, tab, (size_t)n_rows * sizeof *tab, &dtab);
     free(tab);
     Q_TRY(st);
     const int max_splits = max_pos / ATT_SPLIT + 1;
     float *part = NULL;
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
-    CU_TRY(cu_launch(kv_write_rows_kernel, n_rows, 256, 0, cu_stream(be), k, v, (const att_row *)dtab, n_kv * dim),
+    CU_TRY(cu_launch(kv_write_rows_kernel, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
            "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
     CU_TRY(cu_launch(attention_split_kernel, dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits),
-                     ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, (const att_row *)dtab, n_q, n_kv, dim, scale,
+                     ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim, scale,
                      max_splits, part),
            "attention (decode split)");
     CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q), 128, 0, cu_stream(be),
-                     (const att_row *)dtab, n_q, dim, max_splits, part, out),
+                     dtab, n_q, dim, max_splits, part, out),
            "attention (decode combine)");
     return Q_OK;
 }

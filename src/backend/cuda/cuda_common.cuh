@@ -51,6 +51,30 @@ static inline qstatus cu_prefill_precision_bf16(int *bf16) {
     *bf16 = cached;
     return Q_OK;
 }
+/* A per-call table (seq or row descriptors) for one launch. Up to CU_TAB_BYTES it travels inside the
+ * kernel's parameters: a host-to-device copy between two kernels costs microseconds of stream time and
+ * ends the overlap of programmatic launches, and a decode step has dozens of such tables. A larger one is
+ * staged (cu_stage) and read through dev. Kernels take it as `const __grid_constant__ cu_tab` (so
+ * indexing it reads the parameter space, not a per-thread copy) and read entries with cu_tab_at. */
+#define CU_TAB_BYTES 2048
+typedef struct cu_tab {
+    const void *dev; /* NULL: the entries are in `in` */
+    alignas(16) unsigned char in[CU_TAB_BYTES];
+} cu_tab;
+template <typename T> __device__ __forceinline__ T cu_tab_at(const cu_tab &t, int i) {
+    return t.dev ? ((const T *)t.dev)[i] : ((const T *)t.in)[i];
+}
+static inline qstatus cu_tab_make(qbackend *be, const void *host, size_t bytes, cu_tab *t) {
+    t->dev = NULL;
+    if (bytes <= CU_TAB_BYTES) {
+        memcpy(t->in, host, bytes);
+        return Q_OK;
+    }
+    void *d = NULL;
+    Q_TRY(cu_stage(be, host, bytes, &d));
+    t->dev = d;
+    return Q_OK;
+}
 /* Device scratch of at least `bytes` for split attention (grows; never shrinks). */
 qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out);
 /* Frees the prefill GEMM state (cuda_gemm.cu); the stream is idle. */

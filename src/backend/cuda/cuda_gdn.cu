@@ -20,20 +20,19 @@ int cuda_gdn_chunked_ok(qgdn_dims d);
 qstatus cuda_gdn_chunked(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
                          int n_seqs, float *const *S, qgdn_dims d, float *out);
 
-/* One entry per seq, staged to the device so one launch covers every stream (grid.y = seq). */
+/* One entry per seq, in a table the launch carries (cu_tab) so one launch covers every stream
+ * (grid.z = seq). */
 typedef struct seq_desc {
     int row0, n_rows;
     float *state; /* conv state or recurrent state S of this seq */
 } seq_desc;
 
-static qstatus stage_seqs(qbackend *be, const qseq *seqs, int n_seqs, float *const *state, const seq_desc **out) {
+static qstatus seq_table(qbackend *be, const qseq *seqs, int n_seqs, float *const *state, cu_tab *out) {
     seq_desc *tab = (seq_desc *)malloc((size_t)n_seqs * sizeof *tab);
     if (!tab) return q_fail(Q_ENOMEM, "cuda gdn: out of memory");
     for (int s = 0; s < n_seqs; s++) tab[s] = (seq_desc){seqs[s].row0, seqs[s].n_rows, state[s]};
-    void *d = NULL;
-    qstatus st = cu_stage(be, tab, (size_t)n_seqs * sizeof *tab, &d);
+    qstatus st = cu_tab_make(be, tab, (size_t)n_seqs * sizeof *tab, out);
     free(tab);
-    *out = (const seq_desc *)d;
     return st;
 }
 
@@ -44,12 +43,13 @@ static qstatus stage_seqs(qbackend *be, const qseq *seqs, int n_seqs, float *con
  * race on the state. */
 #define CONV_ROWS 32
 
-__global__ void conv1d_silu_kernel(const float *__restrict__ x, const seq_desc *__restrict__ seqs,
+__global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_constant__ cu_tab seqs,
                                    const float *__restrict__ w, int C, int K, float *__restrict__ y) {
     cu_pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
-    float *state = seqs[blockIdx.z].state;
+    const seq_desc sd = cu_tab_at<seq_desc>(seqs, blockIdx.z);
+    const int row0 = sd.row0, n_rows = sd.n_rows;
+    float *state = sd.state;
     const int t0 = blockIdx.y * CONV_ROWS, t1 = min(n_rows, t0 + CONV_ROWS);
     if (c >= C || t0 >= n_rows) return; /* an empty seq may come with no state (as on the CPU) */
     /* input at seq time tau: a row of x, or for tau < 0 the state entry K-1+tau (oldest first) */
@@ -90,8 +90,8 @@ qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_s
     int max_rows = 1;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].n_rows > max_rows) max_rows = seqs[s].n_rows;
-    const seq_desc *d = NULL;
-    Q_TRY(stage_seqs(be, seqs, n_seqs, state, &d));
+    cu_tab d;
+    Q_TRY(seq_table(be, seqs, n_seqs, state, &d));
     dim3 grid(cu_blocks(channels, 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
     CU_TRY(cu_launch(conv1d_silu_kernel, grid, 128, 0, cu_stream(be), x, d, w, channels, kernel, y), "conv1d_silu");
     return Q_OK;
@@ -127,12 +127,13 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
  * then the warps' partials summed in warp order. */
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
-                   const seq_desc *__restrict__ seqs, qgdn_dims d, float *__restrict__ out) {
+                   const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out) {
     cu_pdl_enter();
     __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32];
     const int h = blockIdx.x;
-    const int row0 = seqs[blockIdx.z].row0, n_rows = seqs[blockIdx.z].n_rows;
-    float *S = seqs[blockIdx.z].state;
+    const seq_desc sd = cu_tab_at<seq_desc>(seqs, blockIdx.z);
+    const int row0 = sd.row0, n_rows = sd.n_rows;
+    float *S = sd.state;
     if (n_rows == 0) return; /* an empty seq may come with no state (as on the CPU) */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = d.k_dim / 32;
     const int j = blockIdx.y * 32 + lane, k0 = warp * 32;
@@ -208,9 +209,9 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         Q_TRY(cuda_gdn_chunked(be, qkv, g, beta, seqs, n_seqs, S, dims, out));
         if (n_chunked == n_seqs) return Q_OK;
     }
-    const seq_desc *d = NULL;
+    cu_tab d;
     if (n_chunked == 0) {
-        Q_TRY(stage_seqs(be, seqs, n_seqs, S, &d));
+        Q_TRY(seq_table(be, seqs, n_seqs, S, &d));
     } else {
         qseq *rec = (qseq *)malloc((size_t)n_seqs * sizeof *rec);
         if (!rec) return q_fail(Q_ENOMEM, "cuda gdn: out of memory");
@@ -218,7 +219,7 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
             rec[s] = seqs[s];
             if (seqs[s].chunked) rec[s].n_rows = 0;
         }
-        qstatus st = stage_seqs(be, rec, n_seqs, S, &d);
+        qstatus st = seq_table(be, rec, n_seqs, S, &d);
         free(rec);
         Q_TRY(st);
     }
