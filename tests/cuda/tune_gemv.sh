@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # tests/cuda/tune_gemv.sh: the decode matmul bench (bench_gemv.cu) built with several geometries
 # (cuda_gemv.cuh's GT_* knobs: tiles, blocks, slice, ring depth), n = 1, 16 and 64 rows, to pick the defaults. GPU only.
+# VARIANTS="name:flags ..." replaces the list; flags go before -Isrc, so "ref:-I.carry/ref/src" builds the bench
+# against another revision's headers copied there (an A/B of two versions of the kernel in one run).
 set -u
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 dir=${OUT:-/tmp}/tune_gemv
 mkdir -p "$dir"
-variants=("base:" "nt4:-DGT_MAX_TILES=4" "blk256:-DGT_BLOCKS=256" "q4blk512:-DGT_BLOCKS_Q4=512" "bfd8:-DGT_DEPTH_BF16=8")
+if [ -n "${VARIANTS:-}" ]; then read -r -a variants <<<"$VARIANTS"
+else variants=("base:" "nt4:-DGT_MAX_TILES=4" "blk256:-DGT_BLOCKS=256" "q4blk512:-DGT_BLOCKS_Q4=512" "bfd8:-DGT_DEPTH_BF16=8"); fi
 for v in "${variants[@]}"; do
   name=${v%%:*}; flags=${v#*:}
-  "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc $flags tests/cuda/bench_gemv.cu \
+  "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a $flags -Isrc tests/cuda/bench_gemv.cu \
     -o "$dir/$name" >"$dir/$name.build.txt" 2>&1 &
 done
 wait

@@ -98,58 +98,74 @@ __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
     return r;
 }
 
-/* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. Item i = (tile T, unit u,
- * lane L = (g, t)): column g is row row0 + 4T + g/2, its hi part (g even) or lo part (g odd), at the K
- * values lane t's weights hold; sx[((T*us + u)*KSU/2 + jp)*32 + L] = {b0, b1 of k-step 2jp, b0, b1 of
- * k-step 2jp + 1}. 4-bit: sX[(T*us + u)*4 + g/2] = the unit's sum of (hi + lo) for that row. The
- * caller's threads take items i0, i0 + stride, ... (whole warps: i0 % 32 = lane, stride % 32 = 0). */
+/* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. For tile T, unit u and
+ * lane L = (g, t) of the MMA: column g is row row0 + 4T + g/2, its hi part (g even) or lo part (g odd),
+ * at the K values lane t's weights hold; sx[((T*us + u)*KSU/2 + jp)*32 + L] = {b0, b1 of k-step 2jp,
+ * b0, b1 of k-step 2jp + 1}. 4-bit: sX[(T*us + u)*4 + g/2] = the unit's sum of (hi + lo) for that row.
+ * Item i = (T, row r of the tile, u, t), t fastest: one item loads its 16 (4-bit) or 8 (bf16) values of
+ * x once and writes both the hi and the lo column, and the items of rows past n (3 of 4 at one row) are
+ * whole warps that only write zeros. The caller's threads take items i0, i0 + stride, ... (whole
+ * warps: i0 % 32 = lane, stride % 32 = 0). */
+/* x's hi part (part 0, h[e] = bf16(x)) or lo part (part 1, bf16(x - hi)) as f32 */
+template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], const float (&h)[N], int e, int part) {
+    return part ? __bfloat162float(__float2bfloat16_rn(v[e] - h[e])) : h[e];
+}
+#ifndef GT_FULL
+#define GT_FULL 0
+#endif
+#define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
 template <int Q>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int64_t K, int row0, int nt, int64_t u0,
                                          int us, uint4 *sx, float *sX, int i0, int stride) {
     typedef gt_cfg<Q> C;
-    const int items = nt * us * 32; /* < 2^31: gemv_tc_pre_bytes bounds the split rows */
-    for (int i = i0; i < items; i += stride) {
-        const int L = i & 31, tu = i >> 5, g = L >> 2, t = L & 3;
-        const int T = tu / us, u = tu - T * us, r = row0 + 4 * T + (g >> 1);
-        float v[C::EPT];
-        if (r < n) {
+    const int items = nt * us * GT_STAGE_ITEMS; /* < 2^31: checked where the split rows are launched */
+    const int lane = i0 & 31;
+    for (int i = i0; i - lane < items; i += stride) { /* warp-uniform: the shuffles below need the whole warp */
+        const int t = i & 3, ru = i >> 2, u = ru % us, Tr = ru / us, T = Tr >> 2, rr = Tr & 3;
+        const int r = row0 + 4 * T + rr;
+        const bool live = i < items && r < n; /* uniform over the 4 lanes of (T, r, u) */
+        float v[C::EPT], h[C::EPT]; /* x and its hi part; lo = bf16(v - h) where it is used */
+        if (live) {
             const float4 *p = (const float4 *)(x + (int64_t)r * K + (u0 + u) * C::UK + t * C::EPT);
 #pragma unroll
             for (int q = 0; q < C::EPT / 4; q++) {
                 const float4 f = __ldg(p + q);
                 v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
             }
-        } else {
 #pragma unroll
-            for (int e = 0; e < C::EPT; e++) v[e] = 0.0f;
+            for (int e = 0; e < C::EPT; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
         }
-        float h[C::EPT], l[C::EPT], p[C::EPT];
+        if (i < items) {
+            const int tu = T * us + u;
 #pragma unroll
-        for (int e = 0; e < C::EPT; e++) {
-            h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
-            l[e] = __bfloat162float(__float2bfloat16_rn(v[e] - h[e]));
-            p[e] = (g & 1) ? l[e] : h[e];
-        }
+            for (int part = 0; part < 2; part++) { /* the hi column (g = 2 rr), then the lo column (g = 2 rr + 1) */
+                const int L = (2 * rr + part) * 4 + t;
 #pragma unroll
-        for (int jp = 0; jp < C::KSU / 2; jp++) {
-            uint32_t b[4];
+                for (int jp = 0; jp < C::KSU / 2; jp++) {
+                    uint32_t b[4] = {0u, 0u, 0u, 0u};
+                    if (live) {
 #pragma unroll
-            for (int q = 0; q < 2; q++) { /* k-step j's element pairs, paired as the weight side pairs them */
-                const int j = 2 * jp + q;
-                const int e0 = Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j;
-                const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
-                b[2 * q] = gt_pack(p[e0], p[e0 + d]);
-                b[2 * q + 1] = gt_pack(p[e1], p[e1 + d]);
+                        for (int q = 0; q < 2; q++) { /* k-step j's element pairs, paired as the weight side pairs them */
+                            const int j = 2 * jp + q;
+                            const int e0 = Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j;
+                            const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
+                            b[2 * q] = gt_pack(gt_part(v, h, e0, part), gt_part(v, h, e0 + d, part));
+                            b[2 * q + 1] = gt_pack(gt_part(v, h, e1, part), gt_part(v, h, e1 + d, part));
+                        }
+                    }
+                    sx[((size_t)tu * (C::KSU / 2) + jp) * 32 + L] = make_uint4(b[0], b[1], b[2], b[3]);
+                }
             }
-            sx[((size_t)tu * (C::KSU / 2) + jp) * 32 + L] = make_uint4(b[0], b[1], b[2], b[3]);
         }
         if constexpr (Q != 0) {
-            float s = 0.0f;
+            float sum = 0.0f;
+            if (live) {
 #pragma unroll
-            for (int e = 0; e < C::EPT; e++) s += h[e] + l[e];
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            if (!(g & 1) && t == 0) sX[tu * 4 + (g >> 1)] = s;
+                for (int e = 0; e < C::EPT; e++) sum += h[e] + gt_part(v, h, e, 1);
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            if (i < items && t == 0) sX[(T * us + u) * 4 + rr] = sum;
         }
     }
 }
@@ -180,14 +196,11 @@ __device__ __forceinline__ void gt_copy(const uint4 *__restrict__ xs, const floa
     }
 }
 
-/* A warp's weights for unit u of its slice: rows og and og8 (clamped into the matrix; the outputs of
- * rows past n_out are computed and thrown away). */
+/* A warp's weights for one unit: rows og and og8 at q0 and q8 (each the lane's first byte of the unit;
+ * rows are clamped into the matrix, the outputs of rows past n_out are computed and thrown away). */
 template <int Q>
-__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *p0,
-                                         const unsigned char *p8, int u, int t) {
-    typedef gt_cfg<Q> C;
-    const int64_t off = (int64_t)u * C::UB + t * (C::WPU * 4);
-    const unsigned char *q0 = p0 + off, *q8 = p8 + off;
+__device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *q0,
+                                         const unsigned char *q8) {
     if constexpr (Q != 0) {
         const uint2 a = __ldg((const uint2 *)q0), c = __ldg((const uint2 *)q8);
         w[0][0] = a.x, w[0][1] = a.y, w[1][0] = c.x, w[1][1] = c.y;
@@ -225,11 +238,12 @@ __device__ __forceinline__ void gt_ksteps(float (&c)[4], const uint32_t (&a)[2][
 }
 
 /* THE arithmetic of one unit over nt row tiles: 4-bit folds it into acc[T][0] (output og, row 4T + t)
- * and acc[T][1] (og8); bf16 accumulates the raw MMA sums in acc[T][0..3]. */
+ * and acc[T][1] (og8); bf16 accumulates the raw MMA sums in acc[T][0..3]. bx: the unit's staged B
+ * fragments of tile 0 (lane's first), xs: its X sum of tile 0 (row t); tiles are tx / tX apart. */
 template <int Q, int NT>
 __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const uint32_t (&sb)[4], int src,
-                                        const uint4 *sx, const float *sX, int us, int u, int nt, float (&acc)[NT][4],
-                                        int lane) {
+                                        const uint4 *bx, const float *xs, int tx, int tX, int nt,
+                                        float (&acc)[NT][4]) {
     typedef gt_cfg<Q> C;
     uint32_t a[2][2 * C::KSU];
     float s0 = 0.0f, s1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
@@ -251,16 +265,37 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
 #pragma unroll
     for (int T = 0; T < NT; T++) {
         if (T >= nt) break; /* uniform */
-        const uint4 *bx = sx + (size_t)(T * us + u) * C::SXU + lane;
         if constexpr (Q != 0) {
             float P[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            gt_ksteps<C::KSU>(P, a, bx);
-            const float X = sX[(T * us + u) * 4 + (lane & 3)];
+            gt_ksteps<C::KSU>(P, a, bx + T * tx);
+            const float X = xs[T * tX];
             acc[T][0] = fmaf(s0, P[0] + P[1], fmaf(b0, X, acc[T][0]));
             acc[T][1] = fmaf(s1, P[2] + P[3], fmaf(b1, X, acc[T][1]));
         } else {
-            gt_ksteps<C::KSU>(acc[T], a, bx);
+            gt_ksteps<C::KSU>(acc[T], a, bx + T * tx);
         }
+    }
+}
+
+/* One turn of a warp's register ring: units base .. base + D - 1 of its slice, each used, then its slot
+ * refilled with the unit D later (and, at the end of a group of 4, the group's scales D units later).
+ * q0, q8: the lane's weights of unit `base`; bx, xs: the staged fragments / X sums of unit `base`, so
+ * every unit's address is a constant offset. FULL: all those units and refills exist (no checks). */
+template <int Q, int NT, int D, bool FULL>
+__device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uint32_t (&sb)[D / 4][4],
+                                        const unsigned char *q0, const unsigned char *q8, const uint4 *bx,
+                                        const float *xs, int tx, int tX, int nt, int base, int us,
+                                        const unsigned short *s0, const unsigned short *s8, const unsigned short *b0,
+                                        const unsigned short *b8, int ub, int lane, float (&acc)[NT][4]) {
+    typedef gt_cfg<Q> C;
+#pragma unroll
+    for (int d = 0; d < D; d++) {
+        if (!FULL && base + d >= us) break; /* uniform */
+        gt_unit<Q, NT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), bx + d * C::SXU, xs + d * 4, tx, tX, nt, acc);
+        if (FULL || base + d + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
+        if constexpr (Q != 0)
+            if ((d & 3) == 3 && (FULL || base + d + D - 3 < us))
+                gt_sload<Q>(sb[d / 4], s0, s8, b0, b8, ub, base + d + D - 3, us, lane & 3);
     }
 }
 
@@ -355,8 +390,9 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     const bool wact = o0 < W.n_out;
     const int64_t og = min(o0 + (lane >> 2), W.n_out - 1), og8 = min(o0 + (lane >> 2) + 8, W.n_out - 1);
     const int64_t row_bytes = Q ? K / 2 : K * 2;
-    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + u_begin * C::UB;
-    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + u_begin * C::UB;
+    const int64_t lane_off = u_begin * C::UB + t * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
+    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + lane_off;
+    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + lane_off;
     const int64_t gpr = Q ? K / (Q ? Q : 1) : 0;
     const unsigned short *sc = (const unsigned short *)W.scales, *bi = (const unsigned short *)W.biases;
     const unsigned short *s0 = sc + og * gpr, *s8 = sc + og8 * gpr, *bb0 = bi + og * gpr, *bb8 = bi + og8 * gpr;
@@ -368,7 +404,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
     if (wact) {
 #pragma unroll
         for (int d = 0; d < D; d++)
-            if (d < us) gt_wload<Q>(w[d], p0, p8, d, t);
+            if (d < us) gt_wload<Q>(w[d], p0 + d * C::UB, p8 + d * C::UB);
         if constexpr (Q != 0) {
 #pragma unroll
             for (int q = 0; q < D / 4; q++)
@@ -388,19 +424,17 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
     if (wact) {
-        /* Unit u = base + d sits in ring slot d; after it is used, the slot takes unit u + D (and, at the
-         * end of a group of 4, the group's scales D units later). */
-        for (int base = 0; base < us; base += D) {
-#pragma unroll
-            for (int d = 0; d < D; d++) {
-                const int u = base + d;
-                if (u >= us) break; /* uniform */
-                gt_unit<Q, NT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), sx, sX, us, u, nt, acc, lane);
-                if (u + D < us) gt_wload<Q>(w[d], p0, p8, u + D, t);
-                if constexpr (Q != 0)
-                    if ((d & 3) == 3 && u + D - 3 < us) gt_sload<Q>(sb[d / 4], s0, s8, bb0, bb8, ub, u + D - 3, us, t);
-            }
-        }
+        /* Unit u = base + d sits in ring slot d: full turns first, then the last one or two with checks. */
+        const int tx = us * C::SXU, tX = us * 4;
+        int base = 0;
+        for (; GT_FULL && base + 2 * D <= us; base += D)
+            gt_turn<Q, NT, D, true>(w, sb, p0 + (int64_t)base * C::UB, p8 + (int64_t)base * C::UB,
+                                    sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, s0, s8, bb0,
+                                    bb8, ub, lane, acc);
+        for (; base < us; base += D)
+            gt_turn<Q, NT, D, false>(w, sb, p0 + (int64_t)base * C::UB, p8 + (int64_t)base * C::UB,
+                                     sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, s0, s8, bb0,
+                                     bb8, ub, lane, acc);
     }
     gt_finish<Q, NT>(acc, n, W, y, part, tick, S, s, row0, nt, ob, o0, wact, lane, bx, &last);
 }
@@ -511,7 +545,7 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     gt_job job;
     memset(&job, 0, sizeof job);
     if (gemv_tc_pre_bytes(W[0], n) > 0) {
-        const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * 32;
+        const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * GT_STAGE_ITEMS;
         if (!pre || items > 2147483647LL) return cudaErrorInvalidValue;
         const size_t sxu = (size_t)((n + 3) / 4) * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
         job.xs = (const uint4 *)pre;
