@@ -110,8 +110,17 @@ __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
 template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], const float (&h)[N], int e, int part) {
     return part ? __bfloat162float(__float2bfloat16_rn(v[e] - h[e])) : h[e];
 }
-#ifndef GT_FULL
-#define GT_FULL 0
+#ifndef GT_KSPLIT
+#define GT_KSPLIT 0
+#endif
+#ifndef GT_MIN_BLOCKS
+#define GT_MIN_BLOCKS 2 /* blocks per SM the register budget is sized for */
+#endif
+/* Turns without checks (gt_turn FULL): tune_gemv measured bf16 faster with them at every row count (the
+ * head 540 -> 502 us at one row, 2365 -> 980 us at 16) and 4-bit faster from 16 rows; 4-bit with fewer
+ * tiles runs out of registers with both turn kinds in one kernel (spills) and is slower. */
+#ifndef GT_FULL_TURNS
+#define GT_FULL_TURNS(Q, NT) ((Q) == 0 || (NT) >= 4)
 #endif
 #define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
 template <int Q>
@@ -267,10 +276,21 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
         if (T >= nt) break; /* uniform */
         if constexpr (Q != 0) {
             float P[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#if GT_KSPLIT /* k-steps 0, 1 and 2, 3 in two accumulators: two MMA chains of 2 instead of one of 4 */
+            float R[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const uint4 f0 = bx[T * tx], f1 = bx[T * tx + 32];
+            gt_mma(P, a[0][0], a[1][0], a[0][1], a[1][1], f0.x, f0.y);
+            gt_mma(R, a[0][4], a[1][4], a[0][5], a[1][5], f1.x, f1.y);
+            gt_mma(P, a[0][2], a[1][2], a[0][3], a[1][3], f0.z, f0.w);
+            gt_mma(R, a[0][6], a[1][6], a[0][7], a[1][7], f1.z, f1.w);
+            const float h0 = (P[0] + P[1]) + (R[0] + R[1]), h1 = (P[2] + P[3]) + (R[2] + R[3]);
+#else
             gt_ksteps<C::KSU>(P, a, bx + T * tx);
+            const float h0 = P[0] + P[1], h1 = P[2] + P[3];
+#endif
             const float X = xs[T * tX];
-            acc[T][0] = fmaf(s0, P[0] + P[1], fmaf(b0, X, acc[T][0]));
-            acc[T][1] = fmaf(s1, P[2] + P[3], fmaf(b1, X, acc[T][1]));
+            acc[T][0] = fmaf(s0, h0, fmaf(b0, X, acc[T][0]));
+            acc[T][1] = fmaf(s1, h1, fmaf(b1, X, acc[T][1]));
         } else {
             gt_ksteps<C::KSU>(acc[T], a, bx + T * tx);
         }
@@ -358,7 +378,7 @@ struct gt_job {
 };
 
 template <int Q, int NT, bool PRE> /* PRE: x comes split (job.xs), else each block stages its slice */
-__global__ void __launch_bounds__(GT_THREADS, 2)
+__global__ void __launch_bounds__(GT_THREADS, GT_MIN_BLOCKS)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
     constexpr int D = Q && NT >= 4 ? 4 : C::DEPTH; /* many tiles: more work per unit, fewer registers */
@@ -427,7 +447,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2)
         /* Unit u = base + d sits in ring slot d: full turns first, then the last one or two with checks. */
         const int tx = us * C::SXU, tX = us * 4;
         int base = 0;
-        for (; GT_FULL && base + 2 * D <= us; base += D)
+        for (; GT_FULL_TURNS(Q, NT) && base + 2 * D <= us; base += D)
             gt_turn<Q, NT, D, true>(w, sb, p0 + (int64_t)base * C::UB, p8 + (int64_t)base * C::UB,
                                     sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, s0, s8, bb0,
                                     bb8, ub, lane, acc);
