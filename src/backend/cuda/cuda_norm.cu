@@ -3,6 +3,8 @@
  * One block per vector; the sum of squares is a fixed-order block reduction (EXACT(batch)). Each
  * thread reads its own elements before the reduction and writes only them after it, so x == y (in
  * place) is safe. */
+#include <stdint.h>
+
 #include "cuda_common.cuh"
 
 #define NORM_THREADS 256
@@ -16,6 +18,68 @@
             const int e = q_ + c_;                                                     \
             if (e < (dim)) { body; }                                                   \
         }
+
+/* Rows of up to NORM_REG_DIM elements with dim % 4 == 0 and 16-byte aligned rows (every model row): the
+ * same quads and the same arithmetic in the same order as NORM_EACH, but each quad is one 16-byte load and
+ * the row stays in registers, and the norm weights are loaded before cu_pdl_enter (they are weights: no op
+ * writes them), so their latency overlaps the op before. Bitwise the loop form's results. */
+#define NORM_Q 8
+#define NORM_REG_DIM (4 * NORM_Q * NORM_THREADS)
+
+__device__ __forceinline__ float4 norm_ld4(const float *p) { return *(const float4 *)p; }
+__device__ __forceinline__ float norm_ss4(float4 v, float ss) {
+    ss = fmaf(v.x, v.x, ss);
+    ss = fmaf(v.y, v.y, ss);
+    ss = fmaf(v.z, v.z, ss);
+    return fmaf(v.w, v.w, ss);
+}
+__device__ __forceinline__ float4 norm_scale4(float4 v, float scale, float4 w) {
+    return make_float4(v.x * scale * w.x, v.y * scale * w.y, v.z * scale * w.z, v.w * scale * w.w);
+}
+
+/* x += r (when r) then y = rmsnorm(x) * w, one block per row, registers only. */
+template <bool ADD>
+__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_reg_kernel(float *x, int64_t xs, const float *r,
+                                                                   const float *__restrict__ w, int dim, float eps,
+                                                                   float *y, int64_t ys) {
+    __shared__ float red[33];
+    float4 wq[NORM_Q], v[NORM_Q];
+#pragma unroll
+    for (int k = 0; k < NORM_Q; k++) {
+        const int q = 4 * ((int)threadIdx.x + k * NORM_THREADS);
+        if (q < dim) wq[k] = __ldg((const float4 *)(w + q));
+    }
+    cu_pdl_enter();
+    float *xv = x + (int64_t)blockIdx.x * xs;
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NORM_Q; k++) {
+        const int q = 4 * ((int)threadIdx.x + k * NORM_THREADS);
+        if (q >= dim) break;
+        v[k] = norm_ld4(xv + q);
+        if (ADD) {
+            const float4 b = norm_ld4(r + (int64_t)blockIdx.x * dim + q);
+            v[k] = make_float4(v[k].x + b.x, v[k].y + b.y, v[k].z + b.z, v[k].w + b.w);
+            *(float4 *)(xv + q) = v[k];
+        }
+        ss = norm_ss4(v[k], ss);
+    }
+    const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
+    float *yv = y + (int64_t)blockIdx.x * ys;
+#pragma unroll
+    for (int k = 0; k < NORM_Q; k++) {
+        const int q = 4 * ((int)threadIdx.x + k * NORM_THREADS);
+        if (q >= dim) break;
+        *(float4 *)(yv + q) = norm_scale4(v[k], scale, wq[k]);
+    }
+}
+
+/* Whether rows of x (stride xs), r (stride dim) and y (stride ys) take rmsnorm_reg_kernel. */
+static bool norm_reg_ok(const float *x, int64_t xs, const float *r, const float *w, int dim, const float *y,
+                        int64_t ys) {
+    return dim <= NORM_REG_DIM && dim % 4 == 0 && xs % 4 == 0 && ys % 4 == 0 &&
+           (((uintptr_t)x | (uintptr_t)r | (uintptr_t)w | (uintptr_t)y) & 15) == 0;
+}
 
 __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const float *x, int64_t xs, const float *__restrict__ w,
                                                                int dim, float eps, float *y, int64_t ys) {
@@ -33,9 +97,14 @@ qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float
                      float eps, float *y, int64_t y_stride) {
     if (n_vec <= 0) return Q_OK;
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda rmsnorm: too many vectors");
-    CU_TRY(cu_launch(rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, x_stride, w, dim, eps, y,
-                     y_stride),
-           "rmsnorm");
+    if (norm_reg_ok(x, x_stride, NULL, w, dim, y, y_stride))
+        CU_TRY(cu_launch(rmsnorm_reg_kernel<false>, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), (float *)x,
+                         x_stride, (const float *)NULL, w, dim, eps, y, y_stride),
+               "rmsnorm");
+    else
+        CU_TRY(cu_launch(rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, x_stride, w, dim, eps, y,
+                         y_stride),
+               "rmsnorm");
     return Q_OK;
 }
 
@@ -60,8 +129,13 @@ qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w,
                          float *y) {
     if (n_vec <= 0) return Q_OK;
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda add_rmsnorm: too many vectors");
-    CU_TRY(cu_launch(add_rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, r, w, dim, eps, y),
-           "add_rmsnorm");
+    if (norm_reg_ok(x, dim, r, w, dim, y, dim))
+        CU_TRY(cu_launch(rmsnorm_reg_kernel<true>, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, (int64_t)dim, r,
+                         w, dim, eps, y, (int64_t)dim),
+               "add_rmsnorm");
+    else
+        CU_TRY(cu_launch(add_rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, r, w, dim, eps, y),
+               "add_rmsnorm");
     return Q_OK;
 }
 
