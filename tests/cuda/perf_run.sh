@@ -92,6 +92,8 @@ fi
 if has profile; then
   q 60 "profile ${m}q4: decode, 1 stream" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
     --contexts 0 --streams '' --steps 8
+  q 60 "profile ${m}q4: decode, 1 stream at 32k" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
+    --contexts 32768 --streams '' --steps 8
   q 60 "profile ${m}q4: decode, 64 streams" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
     --contexts '' --streams 64 --steps 8
   q 60 "profile ${m}q4: prefill 4096" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill 4096 \

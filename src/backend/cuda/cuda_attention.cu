@@ -228,21 +228,34 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     }
 }
 
+/* The splits' weights e_s = exp(m_s - M) are computed once per (row, head) into shared memory (they were
+ * recomputed for every output element), then each output sums its splits in order s = 0..n-1 as before:
+ * bitwise the same result. Dynamic shared memory: 2 * max_splits floats. */
 __global__ void attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
                                          const float *__restrict__ part, float *__restrict__ out) {
+    extern __shared__ float comb[]; /* e_s, then l_s */
+    __shared__ float red[32];
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
     const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1;
-    const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * (dim + 2);
-    float M = p[0];
-    for (int s = 1; s < n_splits; s++) M = fmaxf(M, p[(int64_t)s * (dim + 2)]);
+    const int64_t stride = dim + 2;
+    const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * stride;
+    float m = -INFINITY; /* the max is the same in any order */
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) m = fmaxf(m, p[s * stride]);
+    m = warp_max(m);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    float M = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
+    float *es = comb, *ls = comb + max_splits;
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) es[s] = expf(p[s * stride] - M), ls[s] = p[s * stride + 1];
+    __syncthreads();
     float L = 0.0f;
-    for (int s = 0; s < n_splits; s++) L += p[(int64_t)s * (dim + 2) + 1] * expf(p[(int64_t)s * (dim + 2)] - M);
+    for (int s = 0; s < n_splits; s++) L += ls[s] * es[s];
     float *orow = out + ((int64_t)rw.row * n_q + h) * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float o = 0.0f;
-        for (int s = 0; s < n_splits; s++)
-            o += p[(int64_t)s * (dim + 2) + 2 + i] * expf(p[(int64_t)s * (dim + 2)] - M);
+        for (int s = 0; s < n_splits; s++) o += p[s * stride + 2 + i] * es[s];
         orow[i] = o / L;
     }
 }
@@ -271,6 +284,8 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     free(tab);
     Q_TRY(st);
     const int max_splits = max_pos / ATT_SPLIT + 1;
+    if (max_splits > 6144) /* the combine's 2 floats per split in 48 KB of shared memory */
+        return q_fail(Q_EINVAL, "cuda attention: position %d is past the decode kernel's %d", max_pos, 6144 * ATT_SPLIT);
     float *part = NULL;
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
     CU_TRY(cu_launch(kv_write_rows_kernel, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
@@ -280,7 +295,8 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
                      ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim, scale,
                      max_splits, part),
            "attention (decode split)");
-    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q), 128, 0, cu_stream(be),
+    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q), 128,
+                     2 * (size_t)max_splits * sizeof(float), cu_stream(be),
                      dtab, n_q, dim, max_splits, part, out),
            "attention (decode combine)");
     return Q_OK;
