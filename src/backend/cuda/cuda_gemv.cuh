@@ -43,7 +43,7 @@
 #define GT_RC (4 * GT_MAX_TILES) /* most rows per block */
 #define GT_MAX_SPLIT 16
 #ifndef GT_BLOCKS
-#define GT_BLOCKS 512 /* bf16: blocks the split aims for (about 2 per SM, twice) */
+#define GT_BLOCKS 256 /* bf16: blocks the split aims for (tune_gemv, pipelined: faster than 512 at 1-64 rows on 3 of 4 shapes) */
 #endif
 #ifndef GT_BLOCKS_Q4
 #define GT_BLOCKS_Q4 256 /* 4-bit: fewer, longer slices (tune_gemv: 8-15 % faster on the MLP shapes) */
