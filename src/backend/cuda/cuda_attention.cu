@@ -153,15 +153,93 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
  * GQA-packed: a block takes up to ATT_GROUP query heads that share one kv head (grid.y = kv head x
  * groups of ATT_GROUP), so each key and value row is read once for all of them; warp w takes keys
  * start + w, start + w + ATT_SPLIT_WARPS, ... with an online softmax per head, and the warps' results merge
- * in warp order. Each head's arithmetic is that of block_attend. */
+ * in warp order. A lane holds dim/32 elements of each row: with VEC = 4 (dim % 128 == 0) four adjacent ones
+ * per 128 (one 16-byte load), else every 32nd. The next key's K and V rows load while the current key is
+ * used, and the 4 heads' dot products reduce over the warp together (att_dot4: 10 shuffles, not 20). The
+ * queries sit in shared memory: in registers they left no room for the rows in flight. */
 #define ATT_GROUP 4
 #define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
-__global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32)
+
+/* Element c of a lane's share of a row. */
+template <int VEC> __device__ __forceinline__ int att_elem(int c, int lane) {
+    return VEC == 4 ? 128 * (c >> 2) + 4 * lane + (c & 3) : 32 * c + lane;
+}
+
+template <int VEC>
+__device__ __forceinline__ void att_row_load(float (&r)[ATT_MAX_PER_LANE], const float *__restrict__ p, int lane,
+                                             int per) {
+    if constexpr (VEC == 4) {
+#pragma unroll
+        for (int c4 = 0; c4 < ATT_MAX_PER_LANE / 4; c4++) {
+            const float4 t = 4 * c4 < per ? __ldg((const float4 *)(p + 128 * c4 + 4 * lane)) : make_float4(0, 0, 0, 0);
+            r[4 * c4] = t.x, r[4 * c4 + 1] = t.y, r[4 * c4 + 2] = t.z, r[4 * c4 + 3] = t.w;
+        }
+    } else {
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) r[c] = c < per ? __ldg(p + 32 * c + lane) : 0.0f;
+    }
+}
+
+/* d[h]: this lane's part of head h's dot product; on return, the warp's sum for head h in every lane (a
+ * fixed order: halves exchange heads, then quarters, then a butterfly over the 8 lanes of a head). */
+__device__ __forceinline__ void att_dot4(float (&d)[4], int lane) {
+    const unsigned F = 0xffffffffu;
+    const bool h16 = lane & 16, h8 = lane & 8;
+    const float a = (h16 ? d[2] : d[0]) + __shfl_xor_sync(F, h16 ? d[0] : d[2], 16);
+    const float b = (h16 ? d[3] : d[1]) + __shfl_xor_sync(F, h16 ? d[1] : d[3], 16);
+    float c = (h8 ? b : a) + __shfl_xor_sync(F, h8 ? a : b, 8); /* head 2 h16 + h8, over 4 lanes */
+    c += __shfl_xor_sync(F, c, 4);
+    c += __shfl_xor_sync(F, c, 2);
+    c += __shfl_xor_sync(F, c, 1);
+#pragma unroll
+    for (int h = 0; h < 4; h++) d[h] = __shfl_sync(F, c, 8 * h);
+}
+
+/* One key's scores for the group's heads (d[hh], every lane). sq: the queries in shared memory,
+ * sq[(hh * ATT_MAX_PER_LANE / 4 + c4) * 32 + lane] = the lane's elements 4 c4 .. 4 c4 + 3 of head hh. */
+__device__ __forceinline__ void att_scores(const float4 *sq, const float (&kr)[ATT_MAX_PER_LANE], int per, int lane,
+                                           float (&d)[ATT_GROUP]) {
+#pragma unroll
+    for (int hh = 0; hh < ATT_GROUP; hh++) {
+        d[hh] = 0.0f;
+#pragma unroll
+        for (int c4 = 0; c4 < ATT_MAX_PER_LANE / 4; c4++) {
+            if (4 * c4 >= per) break;
+            const float4 qq = sq[(hh * (ATT_MAX_PER_LANE / 4) + c4) * 32 + lane];
+            d[hh] = fmaf(qq.x, kr[4 * c4], d[hh]);
+            if (4 * c4 + 1 < per) d[hh] = fmaf(qq.y, kr[4 * c4 + 1], d[hh]);
+            if (4 * c4 + 2 < per) d[hh] = fmaf(qq.z, kr[4 * c4 + 2], d[hh]);
+            if (4 * c4 + 3 < per) d[hh] = fmaf(qq.w, kr[4 * c4 + 3], d[hh]);
+        }
+    }
+    att_dot4(d, lane);
+}
+
+/* The online softmax and V accumulation of one key with scores d. */
+__device__ __forceinline__ void att_accumulate(const float (&d)[ATT_GROUP], const float (&vr)[ATT_MAX_PER_LANE],
+                                               float scale, int per, float (&acc)[ATT_GROUP][ATT_MAX_PER_LANE],
+                                               float (&m)[ATT_GROUP], float (&l)[ATT_GROUP]) {
+#pragma unroll
+    for (int hh = 0; hh < ATT_GROUP; hh++) {
+        const float s = d[hh] * scale;
+        const float m_new = fmaxf(m[hh], s);
+        const float corr = expf(m[hh] - m_new), e = expf(s - m_new);
+        l[hh] = l[hh] * corr + e;
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+            if (c < per) acc[hh][c] = acc[hh][c] * corr + e * vr[c];
+        m[hh] = m_new;
+    }
+}
+
+template <int VEC>
+__global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32, 2)
 attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_tab rows, int n_q, int n_kv, int dim,
                        float scale, int max_splits, float *__restrict__ part) {
     cu_pdl_enter();
     __shared__ float part_m[ATT_SPLIT_WARPS][ATT_GROUP], part_l[ATT_SPLIT_WARPS][ATT_GROUP];
     __shared__ float part_acc[ATT_SPLIT_WARPS][ATT_GROUP][ATT_MAX_PER_LANE * 32];
+    __shared__ float4 sq[ATT_GROUP * ATT_MAX_PER_LANE / 4 * 32];
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
     const int G = n_q / n_kv, groups = (G + ATT_GROUP - 1) / ATT_GROUP;
     const int kvh = blockIdx.y / groups, g0 = (blockIdx.y % groups) * ATT_GROUP;
@@ -169,48 +247,40 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     const int split = blockIdx.z, start = split * ATT_SPLIT, end = min(rw.pos + 1, start + ATT_SPLIT);
     if (start > rw.pos) return; /* whole block */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = dim / 32;
-    float qv[ATT_GROUP][ATT_MAX_PER_LANE], acc[ATT_GROUP][ATT_MAX_PER_LANE], m[ATT_GROUP], l[ATT_GROUP];
+    float *sqf = (float *)sq;
+    for (int i = threadIdx.x; i < ATT_GROUP * ATT_MAX_PER_LANE * 32; i += ATT_SPLIT_WARPS * 32) {
+        const int e = i & 3, ln = (i >> 2) & 31, c4 = (i >> 7) % (ATT_MAX_PER_LANE / 4);
+        const int hh = i / (ATT_MAX_PER_LANE * 32), c = 4 * c4 + e;
+        sqf[i] = hh < nh && c < per ? q[((int64_t)rw.row * n_q + h0 + hh) * dim + att_elem<VEC>(c, ln)] : 0.0f;
+    }
+    float acc[ATT_GROUP][ATT_MAX_PER_LANE], m[ATT_GROUP], l[ATT_GROUP];
 #pragma unroll
     for (int hh = 0; hh < ATT_GROUP; hh++) {
-        const float *qr = q + ((int64_t)rw.row * n_q + h0 + hh) * dim;
 #pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++) {
-            qv[hh][c] = hh < nh && c < per ? qr[lane + 32 * c] : 0.0f;
-            acc[hh][c] = 0.0f;
-        }
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) acc[hh][c] = 0.0f;
         m[hh] = -INFINITY, l[hh] = 0.0f;
     }
-#pragma unroll 2
-    for (int j = start + warp; j < end; j += ATT_SPLIT_WARPS) {
-        const float *kj = rw.kc + ((int64_t)j * n_kv + kvh) * dim, *vj = rw.vc + ((int64_t)j * n_kv + kvh) * dim;
-        float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE];
-#pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++) {
-            kr[c] = c < per ? kj[lane + 32 * c] : 0.0f;
-            vr[c] = c < per ? vj[lane + 32 * c] : 0.0f;
-        }
-#pragma unroll
-        for (int hh = 0; hh < ATT_GROUP; hh++) {
-            float d = 0.0f;
-#pragma unroll
-            for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-                if (c < per) d = fmaf(qv[hh][c], kr[c], d);
-            const float s = warp_sum(d) * scale;
-            const float m_new = fmaxf(m[hh], s);
-            const float corr = expf(m[hh] - m_new), e = expf(s - m_new);
-            l[hh] = l[hh] * corr + e;
-#pragma unroll
-            for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-                if (c < per) acc[hh][c] = acc[hh][c] * corr + e * vr[c];
-            m[hh] = m_new;
-        }
+    __syncthreads();
+    const int64_t kstride = (int64_t)n_kv * dim;
+    const float *kc = rw.kc + (int64_t)kvh * dim, *vc = rw.vc + (int64_t)kvh * dim;
+    /* Key j's rows are in kr, vr; each row's registers take the next key's row (j + W) as soon as key j is
+     * done with them: K after the scores, V after the accumulation. */
+    float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], d[ATT_GROUP];
+    int j = start + warp;
+    if (j < end) att_row_load<VEC>(kr, kc + j * kstride, lane, per), att_row_load<VEC>(vr, vc + j * kstride, lane, per);
+    for (; j < end; j += ATT_SPLIT_WARPS) {
+        const int jn = j + ATT_SPLIT_WARPS;
+        att_scores(sq, kr, per, lane, d);
+        if (jn < end) att_row_load<VEC>(kr, kc + jn * kstride, lane, per);
+        att_accumulate(d, vr, scale, per, acc, m, l);
+        if (jn < end) att_row_load<VEC>(vr, vc + jn * kstride, lane, per);
     }
 #pragma unroll
     for (int hh = 0; hh < ATT_GROUP; hh++) {
         if (lane == 0) part_m[warp][hh] = m[hh], part_l[warp][hh] = l[hh];
 #pragma unroll
         for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) part_acc[warp][hh][lane + 32 * c] = acc[hh][c];
+            if (c < per) part_acc[warp][hh][att_elem<VEC>(c, lane)] = acc[hh][c];
     }
     __syncthreads();
     for (int hh = 0; hh < nh; hh++) {
@@ -291,7 +361,8 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     CU_TRY(cu_launch(kv_write_rows_kernel, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
            "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
-    CU_TRY(cu_launch(attention_split_kernel, dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits),
+    CU_TRY(cu_launch(dim % 128 == 0 ? attention_split_kernel<4> : attention_split_kernel<1>,
+                     dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits),
                      ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim, scale,
                      max_splits, part),
            "attention (decode split)");
