@@ -8,6 +8,8 @@
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
 #   profile  quill bench --profile: the per-op GPU time table of a decode step (1 and 64 streams) and of a prefill
 #   ncu      tests/cuda/ncu_decode.sh on the 4-bit model (its reports come back in $OUT)
+#   variant  a second quill build with VARIANT_FLAGS (e.g. "-DGT_BLOCKS_Q4=128") and the 4-bit decode figures from
+#            both builds, one after the other (an A/B of a kernel knob on the whole model)
 # The summary ($OUT/summary.md) is written as the run goes, so a call cut short still brings it back;
 # logs go to $OUT/logs.tar.gz at the end.
 set -u
@@ -36,7 +38,7 @@ cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_C
   cmake --build build-cuda -j "$(nproc)" >>"$log" 2>&1 || { tail -60 "$log" | tee -a "$summary"; echo "build failed"; exit 1; }
 
 m=/tmp/m9
-if has decode || has prefill || has profile || has ncu; then # the model files are made on the CPU while the GPU checks run
+if has decode || has prefill || has profile || has ncu || has variant; then # the model files are made on the CPU while the GPU checks run
   ( [ -d $m ] || build-cuda/quill synth --preset 9b $m >>"$OUT/synth.log" 2>&1
     [ -d ${m}q4 ] || build-cuda/quill quantize $m ${m}q4 --bits 4 --group-size 64 >>"$OUT/synth.log" 2>&1 ) &
   synth_pid=$!
@@ -98,6 +100,16 @@ if has profile; then
     --contexts '' --streams 64 --steps 8
   q 60 "profile ${m}q4: prefill 4096" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill 4096 \
     --prefill-chunk 4096 --contexts '' --streams ''
+fi
+if has variant; then
+  stamp "variant build: ${VARIANT_FLAGS:-}"
+  cmake -S . -B build-var -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
+    "-DCMAKE_CUDA_FLAGS=${VARIANT_FLAGS:-}" >>"$log" 2>&1 && cmake --build build-var -j "$(nproc)" --target quill >>"$log" 2>&1 ||
+    echo "variant build failed" >>"$summary"
+  for b in build-cuda build-var; do
+    q 60 "decode ${m}q4 with $b (${VARIANT_FLAGS:-})" X=1 $b/quill bench ${m}q4 --backend cuda --prefill '' --contexts 0 \
+      --streams 4,16 --steps 16
+  done
 fi
 if has ncu; then
   stamp ncu

@@ -52,8 +52,15 @@
 #define GT_MIN_SLICE 8 /* units a slice keeps at least */
 #endif
 #define GT_SMEM_MAX (100 * 1024) /* two blocks per SM */
-#ifndef GT_FIT_TILES
-#define GT_FIT_TILES 1 /* row tiles a slice's staged rows must fit (more: shorter slices for long rows) */
+/* Row tiles a slice's staged rows must fit: more gives long rows (the head, K = 4096 at S = 1) shorter
+ * slices, so more rows share a block's weights. tune_gemv (head, pipelined, 1 / 16 / 64 rows): bf16 fit 1
+ * 490 / 962 / 3437 us, fit 4 494 / 723 / 2155; 4-bit fit 1 224 / 785 / 3068, fit 2 247 / 625 / 2409, fit 4
+ * 288 / 527 / 1924 (one row is the figure that matters most for 4-bit). */
+#ifndef GT_FIT_TILES_BF16
+#define GT_FIT_TILES_BF16 4
+#endif
+#ifndef GT_FIT_TILES_Q4
+#define GT_FIT_TILES_Q4 2
 #endif
 #ifndef GT_DEPTH_Q4
 #define GT_DEPTH_Q4 8 /* 4-bit units in flight per warp: 128 bytes per lane */
@@ -478,14 +485,14 @@ static inline size_t gemv_tc_tile_unit_bytes(int kind) {
 
 /* K slices: a function of the weight's shape only. Enough blocks to fill the GPU about twice
  * (GT_BLOCKS), each slice at least GT_MIN_SLICE units, and always few enough units per slice that
- * GT_FIT_TILES tiles of staged rows fit the shared memory. */
+ * GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
 static inline int gemv_tc_split(const qweight *W, int kind) {
     const int64_t U = W->n_in / gemv_tc_unit_k(kind), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
     const size_t tub = gemv_tc_tile_unit_bytes(kind);
-    const int64_t aim = kind ? GT_BLOCKS_Q4 : GT_BLOCKS;
+    const int64_t aim = kind ? GT_BLOCKS_Q4 : GT_BLOCKS, fit = kind ? GT_FIT_TILES_Q4 : GT_FIT_TILES_BF16;
     int S = 1;
     while (S < GT_MAX_SPLIT &&
-           ((size_t)((U + S - 1) / S) * tub * GT_FIT_TILES > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= GT_MIN_SLICE)))
+           ((size_t)((U + S - 1) / S) * tub * fit > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= GT_MIN_SLICE)))
         S *= 2;
     return S;
 }
