@@ -23,8 +23,8 @@
  *   call. A row's arithmetic depends on nothing but the weight and the row: EXACT(batch).
  * Geometry: a block is 8 warps, 128 outputs (16 per warp) x NT tiles of 4 rows x one K slice; NT (1,
  * 2, 4 or 8) follows n and the shared memory a slice needs, and changes only which block computes a row.
- * blockIdx.x = output block * row chunks + row chunk (blocks sharing weights run together, so row
- * chunks after the first read W from L2); blockIdx.y = slice. A block stages x for its whole slice
+ * A weight's blocks are numbered (slice, output block, row chunk), row chunk fastest (blocks sharing
+ * weights run together, so row chunks after the first read W from L2). A block stages x for its whole slice
  * in shared memory once, as ready-made B fragments (one barrier); each warp then streams its weights
  * through a register ring GT_DEPTH units deep (loads for unit u + depth go out as unit u is used), with
  * no barrier until the end. */
@@ -469,145 +469,7 @@ __global__ void __launch_bounds__(GT_THREADS, GT_MIN_BLOCKS)
     gt_finish<Q, NT>(acc, n, W, y, part, tick, S, s, row0, nt, ob, o0, wact, lane, bx, &last);
 }
 
-/* Which tensor-core kernel a weight takes (-1: none): a property of the weight alone. */
-static inline int gemv_tc_kind(const qweight *W) {
-    if (W->fmt == QW_BF16 && W->n_in % 32 == 0) return 0;
-    if (W->fmt == QW_AFFINE && W->bits == 4 && (W->group == 64 || W->group == 128) && W->n_in % W->group == 0 &&
-        W->sb_fmt == QW_BF16) /* MLX's; f16 / f32 scales take the SIMT kernel */
-        return W->group;
-    return -1;
-}
-
-static inline int gemv_tc_unit_k(int kind) { return kind ? 64 : 32; }
-static inline size_t gemv_tc_tile_unit_bytes(int kind) {
-    return kind ? (size_t)gt_cfg<64>::TILE_UNIT_BYTES : (size_t)gt_cfg<0>::TILE_UNIT_BYTES;
-}
-
-/* K slices: a function of the weight's shape only. Enough blocks to fill the GPU about twice
- * (GT_BLOCKS), each slice at least GT_MIN_SLICE units, and always few enough units per slice that
- * GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
-static inline int gemv_tc_split(const qweight *W, int kind) {
-    const int64_t U = W->n_in / gemv_tc_unit_k(kind), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
-    const size_t tub = gemv_tc_tile_unit_bytes(kind);
-    const int64_t aim = kind ? GT_BLOCKS_Q4 : GT_BLOCKS, fit = kind ? GT_FIT_TILES_Q4 : GT_FIT_TILES_BF16;
-    int S = 1;
-    while (S < GT_MAX_SPLIT &&
-           ((size_t)((U + S - 1) / S) * tub * fit > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= GT_MIN_SLICE)))
-        S *= 2;
-    return S;
-}
-
-/* Shared memory of a block with nt row tiles: nt staged tiles of the weight's longest slice. */
-static inline size_t gemv_tc_smem(const qweight *W, int kind, int nt) {
-    const int64_t U = W->n_in / gemv_tc_unit_k(kind);
-    const int S = gemv_tc_split(W, kind);
-    return (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind) * (size_t)nt;
-}
-
-/* Row tiles per block for n rows: as many as n needs (1, 2, 4 or 8) while the staged slice fits. */
-static inline int gemv_tc_tiles(const qweight *W, int kind, int n) {
-    int nt = 1;
-    while (nt < GT_MAX_TILES && nt * 4 < n && gemv_tc_smem(W, kind, nt * 2) <= GT_SMEM_MAX) nt *= 2;
-    return nt;
-}
-
-/* Scratch a call needs: partial floats (S > 1) and ticket counters (zeroed once; each call leaves them
- * zero). */
-static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
-    const int S = gemv_tc_split(W, gemv_tc_kind(W));
-    return S > 1 ? (size_t)S * (size_t)n * (size_t)W->n_out : 0;
-}
-/* Row tiles of a launch for count weights sharing n rows: the fewest any of them takes, so every
- * block's staged slice fits (a launch of one weight: that weight's own). */
-static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *const *W) {
-    int nt = GT_MAX_TILES;
-    for (int i = 0; i < count; i++) nt = min(nt, gemv_tc_tiles(W[i], kind, n));
-    return nt;
-}
-
-/* Ticket counters W needs on n rows in a launch of nt row tiles (gemv_tc_job_tiles): one per (output
- * block, row chunk). */
-static inline size_t gemv_tc_ticks(const qweight *W, int n, int nt) {
-    return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + 4 * nt - 1) / (4 * nt));
-}
-
-/* More rows than GT_PRE_ROWS: x is split once per launch into `pre` (gemv_tc_pre_bytes), not by every
- * block (at 64 rows the blocks' staging was ~40 % of the kernel's instructions). */
-#define GT_PRE_ROWS 4
-static inline size_t gemv_tc_pre_bytes(const qweight *W, int n) {
-    const int kind = gemv_tc_kind(W);
-    if (n <= GT_PRE_ROWS || kind < 0) return 0;
-    return (size_t)((n + 3) / 4) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * gemv_tc_tile_unit_bytes(kind);
-}
-
-/* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */
-template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
-    return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
-}
-template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
-    e = gt_attr(gemv_tc_kernel<Q, 1, false>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 2, true>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 4, true>, e);
-    return gt_attr(gemv_tc_kernel<Q, 8, true>, e);
-}
-static inline cudaError_t gemv_tc_init(void) { return gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess))); }
-
-template <int Q>
-static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_t st, const float *x, int n,
-                                      const gt_job &job) {
-    void (*k)(const float *, int, const gt_job) = !job.xs ? gemv_tc_kernel<Q, 1, false> /* n <= 4: nt = 1 */
-                                                  : nt == 1 ? gemv_tc_kernel<Q, 1, true>
-                                                  : nt == 2 ? gemv_tc_kernel<Q, 2, true>
-                                                  : nt == 4 ? gemv_tc_kernel<Q, 4, true>
-                                                            : gemv_tc_kernel<Q, 8, true>;
-    return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
-}
-
-/* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
- * weights sharing x; part[i] and tick[i] as gemv_tc_part_floats and gemv_tc_ticks (with this launch's
- * gemv_tc_job_tiles: a weight that alone would take more tiles has more row chunks here) ask for W[i],
- * pre as gemv_tc_pre_bytes asks. Returns the launch error. */
-static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
-                                               float *const *y, float *const *part, unsigned *const *tick, void *pre,
-                                               cudaStream_t st) {
-    if (count < 1 || count > GT_JOB) return cudaErrorInvalidValue;
-    gt_job job;
-    memset(&job, 0, sizeof job);
-    if (gemv_tc_pre_bytes(W[0], n) > 0) {
-        const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * GT_STAGE_ITEMS;
-        if (!pre || items > 2147483647LL) return cudaErrorInvalidValue;
-        const size_t sxu = (size_t)((n + 3) / 4) * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
-        job.xs = (const uint4 *)pre;
-        job.Xs = (const float *)((const uint4 *)pre + sxu);
-        const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
-        const cudaError_t e = cu_launch(kind == 0 ? gemv_split_kernel<0> : gemv_split_kernel<64>, blocks, 256, 0, st, x,
-                                        n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
-        if (e != cudaSuccess) return e;
-    }
-    const int nt = gemv_tc_job_tiles(kind, n, count, W);
-    size_t smem = 0;
-    int64_t blocks = 0;
-    for (int i = 0; i < count; i++) {
-        job.W[i] = *W[i], job.y[i] = y[i], job.part[i] = part[i], job.tick[i] = tick[i];
-        job.S[i] = gemv_tc_split(W[i], kind);
-        job.start[i] = (int)blocks;
-        blocks += ((W[i]->n_out + GT_OUT - 1) / GT_OUT) * ((n + 4 * nt - 1) / (4 * nt)) * job.S[i];
-        smem = std::max(smem, gemv_tc_smem(W[i], kind, nt));
-    }
-    if (blocks > 2147483647LL) return cudaErrorInvalidValue;
-    job.start[count] = (int)blocks;
-    job.count = count;
-    if (kind == 0) return gt_launch_q<0>(nt, (unsigned)blocks, smem, st, x, n, job);
-    if (kind == 64) return gt_launch_q<64>(nt, (unsigned)blocks, smem, st, x, n, job);
-    return gt_launch_q<128>(nt, (unsigned)blocks, smem, st, x, n, job);
-}
-
-static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,
-                                         unsigned *tick, void *pre, cudaStream_t st) {
-    return gemv_tc_launch_multi(kind, x, n, 1, &W, &y, &part, &tick, pre, st);
-}
-
+#include "cuda_gemv_plan.cuh"
 #include "cuda_gemv_simt.cuh"
 
 #endif
