@@ -5,7 +5,7 @@
 #   2. every model golden (transformers' fp32 logits and greedy tokens) through the CUDA backend;
 #   3. the batch-invariance / chunking / prefill-vs-decode tests through the CUDA backend;
 #   4. K/V that grows through CUDA virtual memory: mapping, a kernel across a boundary, equal tokens
-#      with grow on and off;
+#      with grow on and off; the same tokens and logits with programmatic launch on and off;
 #   5. compute-sanitizer memcheck and racecheck on a short `quill run` (skipped with QUILL_CUDA_QUICK=1).
 # Prints one table; exits non-zero on any failure.
 set -u
@@ -34,6 +34,15 @@ step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_tes
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "model goldens via cpu" env QUILL_TEST_BACKEND=cpu "$build/golden_test_model_goldens"
+# programmatic dependent launch changes when kernels start, never what they compute: the same logits bitwise
+pdl_same() {
+  local d=${OUT:-/tmp}
+  "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 24 --ignore-eos --dump-logits "$d/pdl1.bin" >"$d/pdl1.txt" &&
+    QUILL_CUDA_PDL=0 "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 24 --ignore-eos \
+      --dump-logits "$d/pdl0.bin" >"$d/pdl0.txt" &&
+    cmp "$d/pdl1.txt" "$d/pdl0.txt" && cmp "$d/pdl1.bin" "$d/pdl0.bin"
+}
+step "decode with and without programmatic launch: same bits" pdl_same
 [ "${QUILL_CUDA_QUICK:-0}" = 1 ] || {
 step "compute-sanitizer memcheck: quill run" compute-sanitizer --tool memcheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 8

@@ -171,6 +171,89 @@ static void test_gdn(void) {
     rm(x); rm(w); rm(y); rm(stA); rm(stB); rm(a); rm(b); rm(Al); rm(dt); rm(g); rm(be); rm(SA); rm(SB); rm(SC); rm(o);
 }
 
+/* Many decode seqs: their tables no longer fit the kernel parameters (cu_tab, 2 KB: 85 attention rows,
+ * 128 GDN seqs), so they are staged and read through a device pointer. One row each at varied positions,
+ * against the CPU, and one seq alone vs among all (bitwise). Attention at D 256 (16-byte rows) and D 64. */
+static void attention_many_case(int nq, int nkv, int D) {
+    enum { NS = 100 };
+    const size_t qw = (size_t)nq * D, kw = (size_t)nkv * D;
+    buf q = mk_rand(NS * qw, 2.0f), k = mk_rand(NS * kw, 1.0f), v = mk_rand(NS * kw, 1.0f);
+    buf out = mk(NS * qw * sizeof(float), NULL);
+    buf kc[NS], vc[NS];
+    float *kc_c[NS], *vc_c[NS], *kc_g[NS], *vc_g[NS];
+    qseq seqs[NS];
+    for (int s = 0; s < NS; s++) {
+        const int pos = (s * 37) % 600; /* up to 3 splits of 256 keys */
+        kc[s] = mk_rand((size_t)(pos + 1) * kw, 1.0f);
+        vc[s] = mk_rand((size_t)(pos + 1) * kw, 1.0f);
+        kc_c[s] = kc[s].c; vc_c[s] = vc[s].c; kc_g[s] = kc[s].g; vc_g[s] = vc[s].g;
+        seqs[s] = (qseq){s, 1, pos, 0};
+    }
+    const float scale = 1.0f / sqrtf((float)D);
+    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, NS, kc_c, vc_c, nq, nkv, D, scale, out.c));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, NS, kc_g, vc_g, nq, nkv, D, scale, out.g));
+    char name[96];
+    snprintf(name, sizeof name, "decode attn %d seqs (staged) D %d", NS, D);
+    expect_close(name, out, 1e-5);
+    const int t = 61;
+    float *together = malloc(qw * 4), *alone = malloc(qw * 4);
+    OK(gpu->ops->download(gpu, together, (float *)out.g + (size_t)t * qw, qw * 4));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &seqs[t], 1, &kc_g[t], &vc_g[t], nq, nkv, D, scale, out.g));
+    OK(gpu->ops->download(gpu, alone, (float *)out.g + (size_t)t * qw, qw * 4));
+    snprintf(name, sizeof name, "  decode attn seq alone vs %d D %d", NS, D);
+    expect_same(name, together, alone, qw * 4);
+    free(together); free(alone);
+    for (int s = 0; s < NS; s++) { rm(kc[s]); rm(vc[s]); }
+    rm(q); rm(k); rm(v); rm(out);
+}
+
+static void test_many_seqs(void) {
+    attention_many_case(16, 4, 256);
+    attention_many_case(8, 2, 64);
+    enum { NS = 130 };
+    const qgdn_dims d = {2, 4, 64, 64};
+    const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, Hv = d.n_v_heads;
+    const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim, ow = (size_t)Hv * d.v_dim;
+    buf x = mk_rand((size_t)NS * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)NS * C * 4, NULL);
+    buf g = mk_rand((size_t)NS * Hv, 0.5f), be = mk_rand((size_t)NS * Hv, 0.5f), o = mk(NS * ow * 4, NULL);
+    buf st[NS], S[NS];
+    float *st_c[NS], *st_g[NS], *S_c[NS], *S_g[NS];
+    qseq seqs[NS];
+    for (int s = 0; s < NS; s++) {
+        st[s] = mk_rand((size_t)(K - 1) * C, 1.0f);
+        S[s] = mk_rand(Sn, 0.1f);
+        st_c[s] = st[s].c; st_g[s] = st[s].g; S_c[s] = S[s].c; S_g[s] = S[s].g;
+        seqs[s] = (qseq){s, 1, 5 + s, 0};
+    }
+    /* g must be <= 0 (a decay): the gates' output range */
+    float *gh = malloc((size_t)NS * Hv * 4);
+    OK(cpu->ops->download(cpu, gh, g.c, (size_t)NS * Hv * 4));
+    for (size_t i = 0; i < (size_t)NS * Hv; i++) gh[i] = -fabsf(gh[i]);
+    OK(cpu->ops->upload(cpu, g.c, gh, (size_t)NS * Hv * 4));
+    OK(gpu->ops->upload(gpu, g.g, gh, (size_t)NS * Hv * 4));
+    free(gh);
+    float *S0 = malloc(Sn * 4);
+    const int t = 97;
+    OK(gpu->ops->download(gpu, S0, S[t].g, Sn * 4));
+    OK(cpu->ops->conv1d_silu(cpu, x.c, seqs, NS, st_c, w.c, C, K, y.c));
+    OK(gpu->ops->conv1d_silu(gpu, x.g, seqs, NS, st_g, w.g, C, K, y.g));
+    expect_close("conv1d_silu 130 seqs (staged)", y, 1e-5);
+    expect_close("  conv1d state of seq 129", st[NS - 1], 1e-7);
+    OK(cpu->ops->gated_delta(cpu, y.c, g.c, be.c, seqs, NS, S_c, d, o.c));
+    OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, NS, S_g, d, o.g));
+    expect_close("gated_delta 130 seqs (staged)", o, 1e-4);
+    expect_close("  gated_delta state of seq 129", S[NS - 1], 1e-4);
+    float *together = malloc(ow * 4), *alone = malloc(ow * 4);
+    OK(gpu->ops->download(gpu, together, (float *)o.g + (size_t)t * ow, ow * 4));
+    OK(gpu->ops->upload(gpu, S[t].g, S0, Sn * 4));
+    OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, &seqs[t], 1, &S_g[t], d, o.g));
+    OK(gpu->ops->download(gpu, alone, (float *)o.g + (size_t)t * ow, ow * 4));
+    expect_same("  gated_delta seq alone vs 130", together, alone, ow * 4);
+    free(together); free(alone); free(S0);
+    for (int s = 0; s < NS; s++) { rm(st[s]); rm(S[s]); }
+    rm(x); rm(w); rm(y); rm(g); rm(be); rm(o);
+}
+
 /* The chunked gated delta rule (prompt seqs, chunked = 1) on the GPU (cuda_gdn_chunked.cu) vs the CPU's
  * chunked rule: lengths 1, 63, 64, 65, 200 at pos0 0 and non-multiples of 64, nonzero states, one
  * recurrent seq in the same call; then EXACT(batch) (a seq alone) and EXACT(chunk) (two seqs cut at
@@ -278,6 +361,7 @@ static void test_gdn_chunked(void) {
 }
 
 int main(void) {
-    static void (*const tests[])(void) = {test_attention, test_flash_prefill, test_gdn, test_gdn_chunked};
+    static void (*const tests[])(void) = {test_attention, test_flash_prefill, test_gdn, test_gdn_chunked,
+                                          test_many_seqs};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }
