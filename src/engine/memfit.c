@@ -80,8 +80,10 @@ qstatus memfit_weights_bytes(const char *dir, int64_t *out) {
  * the attention partials above): the prefill GEMM's bf16 hi/lo copies of a chunk's activations and of
  * the largest 4-bit weight dequantized (cuda_gemm.cu) and its 32 MiB cuBLASLt workspace; the chunked
  * gated delta rule's window (cuda_gdn_chunked.cu, 128 MiB); the decode matmul's split-K partials (at
- * most 16 slices of n_parallel rows of the widest non-head matrix, cuda_gemv.cu). Growing buffers keep
- * 1.5x headroom. */
+ * most 16 slices of n_parallel rows of the widest non-head matrix, or the head's slices of the output
+ * rows, one buffer for both; the head's slices are short enough that 4 tiles of staged bf16 rows fit
+ * 100 KB, K/32 units over S <= 50, so S = 4 at hidden 4096: cuda_gemv_plan.cuh gemv_tc_split) and its
+ * rows split for more than 4 rows (~4 bytes per row and input). Growing buffers keep 1.5x headroom. */
 static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int chunk) {
     int64_t wide = c->intermediate, k_max = c->intermediate > c->hidden ? c->intermediate : c->hidden;
     const int64_t q = 2LL * c->n_heads * c->head_dim;
@@ -90,7 +92,12 @@ static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int c
     if (qkv > wide) wide = qkv;
     const int64_t gemm = (4 * (int64_t)chunk * k_max + 4 * wide * c->hidden) * 3 / 2 + ((int64_t)32 << 20);
     const int64_t gdn = ((int64_t)128 << 20) * 3 / 2;
-    const int64_t gemv = 16LL * n_parallel * wide * 4 * 3 / 2;
+    int64_t head_s = 1;
+    while (head_s < 16 && (c->hidden / 32 + head_s - 1) / head_s > 50) head_s *= 2;
+    const int64_t out_rows = n_parallel + 1; /* the decode rows and a prompt's last row */
+    const int64_t part_body = 16LL * n_parallel * wide, part_head = head_s * out_rows * c->vocab_size;
+    const int64_t part = part_body > part_head ? part_body : part_head; /* one buffer, the largest call's */
+    const int64_t gemv = (part * 4 + (out_rows + 3) * k_max * 4 + (out_rows + 3) * k_max / 16) * 3 / 2;
     return gemm + gdn + gemv;
 }
 
@@ -99,9 +106,9 @@ static int64_t need_for(const qwen35_config *cfg, int64_t weights, const qmemfit
                         int n_parallel, int64_t *gdn, int64_t *scratch, int64_t *kv_rows, int64_t *pc) {
     *gdn = (int64_t)n_parallel * qwen35_gdn_state_bytes(cfg);
     *scratch = qwen35_scratch_bytes(cfg, n_parallel + (p->prefill_chunk > 0 ? p->prefill_chunk : 512));
-    /* CUDA's split decode attention keeps (max, sum, output) per decode row, head and 512-position
-     * range, grown with 1.5x headroom (backend/cuda/cuda_attention.cu); counted on every backend */
-    *scratch += (int64_t)n_parallel * (n_ctx / 512 + 1) * cfg->n_heads * (cfg->head_dim + 2) * 4 * 3 / 2;
+    /* CUDA's split decode attention keeps (max, sum, output) per decode row, head and 256-position
+     * range (ATT_SPLIT), grown with 1.5x headroom (backend/cuda/cuda_attention.cu); counted on every backend */
+    *scratch += (int64_t)n_parallel * (n_ctx / 256 + 1) * cfg->n_heads * (cfg->head_dim + 2) * 4 * 3 / 2;
     *scratch += cuda_kernel_scratch(cfg, n_parallel, p->prefill_chunk > 0 ? p->prefill_chunk : 512);
     *kv_rows = (int64_t)n_parallel * n_ctx; /* admission never lets the slots hold more */
     if (p->kv_budget_rows > 0 && p->kv_budget_rows < *kv_rows) *kv_rows = p->kv_budget_rows;
