@@ -44,22 +44,26 @@ qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev) {
     return Q_OK;
 }
 
+qstatus cu_grow(cuda_state *s, void **buf, size_t *have, size_t need, const char *what) {
+    if (need <= *have) return Q_OK;
+    CU_NOT_CAPTURING(s->stream, what);
+    CU_TRY(cudaStreamSynchronize(s->stream), what);
+    cudaFree(*buf);
+    *buf = NULL;
+    *have = 0;
+    const size_t want = need + need / 2;
+    cudaError_t e = cudaMalloc(buf, want);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return q_fail(Q_ENOMEM, "cuda %s of %zu bytes: %s", what, want, cudaGetErrorString(e));
+    }
+    *have = want;
+    return Q_OK;
+}
+
 qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out) {
     cuda_state *s = (cuda_state *)be->impl;
-    if (bytes > s->att_part_bytes) {
-        CU_NOT_CAPTURING(s->stream, "attention scratch");
-        CU_TRY(cudaStreamSynchronize(s->stream), "attention scratch");
-        cudaFree(s->att_part);
-        s->att_part = NULL;
-        s->att_part_bytes = 0;
-        size_t want = bytes + bytes / 2;
-        cudaError_t e = cudaMalloc(&s->att_part, want);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
-            return q_fail(Q_ENOMEM, "cuda attention scratch of %zu bytes: %s", want, cudaGetErrorString(e));
-        }
-        s->att_part_bytes = want;
-    }
+    Q_TRY(cu_grow(s, (void **)&s->att_part, &s->att_part_bytes, bytes, "attention scratch"));
     *out = s->att_part;
     return Q_OK;
 }

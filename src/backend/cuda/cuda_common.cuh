@@ -75,6 +75,9 @@ static inline qstatus cu_tab_make(qbackend *be, const void *host, size_t bytes, 
     t->dev = d;
     return Q_OK;
 }
+/* Grows the device buffer *buf (*have bytes) to at least need bytes, half again for the next growth,
+ * after the stream drains (refused while recording a graph); never shrinks. what names it in errors. */
+qstatus cu_grow(cuda_state *s, void **buf, size_t *have, size_t need, const char *what);
 /* Device scratch of at least `bytes` for split attention (grows; never shrinks). */
 qstatus cu_att_scratch(qbackend *be, size_t bytes, float **out);
 /* Frees the prefill GEMM state (cuda_gemm.cu); the stream is idle. */

@@ -47,9 +47,9 @@ __global__ void __launch_bounds__(MM_THREADS) matmul_kernel(const float *__restr
 
 struct cu_gemv {
     float *part;
-    size_t part_floats;
+    size_t part_bytes;
     unsigned *tick;
-    size_t ticks;
+    size_t tick_bytes;
     void *pre; /* x split once for many rows (gemv_tc_pre_bytes) */
     size_t pre_bytes;
     int attr_set;
@@ -64,24 +64,6 @@ void cu_gemv_free(cuda_state *s) {
     s->gemv = NULL;
 }
 
-/* Grows a device buffer to at least need bytes (after the stream drains; half again for the next
- * growth); never shrinks. */
-static qstatus grow(cuda_state *s, void **buf, size_t *have, size_t need, const char *what) {
-    if (need <= *have) return Q_OK;
-    CU_TRY(cudaStreamSynchronize(s->stream), what);
-    cudaFree(*buf);
-    *buf = NULL;
-    *have = 0;
-    const size_t want = need + need / 2;
-    cudaError_t e = cudaMalloc(buf, want);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        return q_fail(Q_ENOMEM, "%s of %zu bytes: %s", what, want, cudaGetErrorString(e));
-    }
-    *have = want;
-    return Q_OK;
-}
-
 /* The tensor-core kernel's scratch: need_p partial floats, need_t ticket counters and need_x bytes for
  * the split rows; grows and never shrinks. New ticket counters start at zero; every call leaves them at
  * zero. */
@@ -93,20 +75,17 @@ static qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_
         if (!s->gemv) return q_fail(Q_ENOMEM, "cuda matmul: out of memory");
     }
     struct cu_gemv *g = s->gemv;
-    if (!g->attr_set || need_p > g->part_floats || need_t > g->ticks || need_x > g->pre_bytes)
-        CU_NOT_CAPTURING(s->stream, "matmul scratch");
     if (!g->attr_set) {
+        CU_NOT_CAPTURING(s->stream, "matmul setup");
         CU_TRY(gemv_tc_init(), "matmul (shared memory limit)");
         g->attr_set = 1;
     }
-    size_t pb = g->part_floats * sizeof(float), tb = g->ticks * sizeof(unsigned);
-    Q_TRY(grow(s, (void **)&g->part, &pb, need_p * sizeof(float), "cuda matmul scratch"));
-    g->part_floats = pb / sizeof(float);
-    Q_TRY(grow(s, &g->pre, &g->pre_bytes, need_x, "cuda matmul split rows"));
-    if (need_t > g->ticks) { /* a new array: all of it zeroed */
-        Q_TRY(grow(s, (void **)&g->tick, &tb, (need_t < 4096 ? 4096 : need_t) * sizeof(unsigned), "cuda matmul tickets"));
-        g->ticks = tb / sizeof(unsigned);
-        CU_TRY(cudaMemsetAsync(g->tick, 0, g->ticks * sizeof(unsigned), s->stream), "matmul scratch");
+    Q_TRY(cu_grow(s, (void **)&g->part, &g->part_bytes, need_p * sizeof(float), "matmul scratch"));
+    Q_TRY(cu_grow(s, &g->pre, &g->pre_bytes, need_x, "matmul split rows"));
+    if (need_t * sizeof(unsigned) > g->tick_bytes) { /* a new array: all of it zeroed */
+        Q_TRY(cu_grow(s, (void **)&g->tick, &g->tick_bytes, (need_t < 4096 ? 4096 : need_t) * sizeof(unsigned),
+                      "matmul tickets"));
+        CU_TRY(cudaMemsetAsync(g->tick, 0, g->tick_bytes, s->stream), "matmul scratch");
     }
     *part = g->part;
     *tick = g->tick;
