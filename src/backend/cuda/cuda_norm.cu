@@ -74,6 +74,27 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_reg_kernel(float *x, int
     }
 }
 
+/* The same for any row (the loop form: each element read where it is used, in NORM_EACH's order). x, r
+ * and y never alias across threads' elements (x == y in place is safe: a thread writes only its own). */
+template <bool ADD>
+__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_loop_kernel(float *x, int64_t xs, const float *r,
+                                                                    const float *__restrict__ w, int dim, float eps,
+                                                                    float *y, int64_t ys) {
+    cu_pdl_enter();
+    __shared__ float red[33];
+    float *xv = x + (int64_t)blockIdx.x * xs;
+    const float *rv = ADD ? r + (int64_t)blockIdx.x * dim : NULL;
+    float ss = 0.0f;
+    if (ADD) {
+        NORM_EACH(e, dim, const float v = xv[e] + rv[e]; xv[e] = v; ss = fmaf(v, v, ss));
+    } else {
+        NORM_EACH(e, dim, ss = fmaf(xv[e], xv[e], ss));
+    }
+    const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
+    float *yv = y + (int64_t)blockIdx.x * ys;
+    NORM_EACH(e, dim, yv[e] = xv[e] * scale * w[e]);
+}
+
 /* Whether rows of x (stride xs), r (stride dim) and y (stride ys) take rmsnorm_reg_kernel. */
 static bool norm_reg_ok(const float *x, int64_t xs, const float *r, const float *w, int dim, const float *y,
                         int64_t ys) {
@@ -81,62 +102,27 @@ static bool norm_reg_ok(const float *x, int64_t xs, const float *r, const float 
            (((uintptr_t)x | (uintptr_t)r | (uintptr_t)w | (uintptr_t)y) & 15) == 0;
 }
 
-__global__ void __launch_bounds__(NORM_THREADS) rmsnorm_kernel(const float *x, int64_t xs, const float *__restrict__ w,
-                                                               int dim, float eps, float *y, int64_t ys) {
-    cu_pdl_enter();
-    __shared__ float red[33];
-    const float *xv = x + (int64_t)blockIdx.x * xs;
-    float ss = 0.0f;
-    NORM_EACH(e, dim, ss = fmaf(xv[e], xv[e], ss));
-    const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
-    float *yv = y + (int64_t)blockIdx.x * ys;
-    NORM_EACH(e, dim, yv[e] = xv[e] * scale * w[e]);
+/* x += r (ADD) then y = rmsnorm(x) * w per vector, in registers where the rows allow. */
+template <bool ADD>
+static qstatus norm_launch(qbackend *be, float *x, int64_t xs, const float *r, const float *w, int64_t n_vec, int dim,
+                           float eps, float *y, int64_t ys, const char *op) {
+    if (n_vec <= 0) return Q_OK;
+    if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda %s: too many vectors", op);
+    CU_TRY(cu_launch(norm_reg_ok(x, xs, r, w, dim, y, ys) ? rmsnorm_reg_kernel<ADD> : rmsnorm_loop_kernel<ADD>,
+                     (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, xs, r, w, dim, eps, y, ys),
+           op);
+    return Q_OK;
 }
 
 qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float *w, int64_t n_vec, int dim,
                      float eps, float *y, int64_t y_stride) {
-    if (n_vec <= 0) return Q_OK;
-    if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda rmsnorm: too many vectors");
-    if (norm_reg_ok(x, x_stride, NULL, w, dim, y, y_stride))
-        CU_TRY(cu_launch(rmsnorm_reg_kernel<false>, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), (float *)x,
-                         x_stride, (const float *)NULL, w, dim, eps, y, y_stride),
-               "rmsnorm");
-    else
-        CU_TRY(cu_launch(rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, x_stride, w, dim, eps, y,
-                         y_stride),
-               "rmsnorm");
-    return Q_OK;
-}
-
-/* x += r then rmsnorm, one block per vector: each thread adds, squares and scales exactly the
- * elements rmsnorm_kernel would give it, so the result is bitwise add_kernel then rmsnorm_kernel. */
-__global__ void __launch_bounds__(NORM_THREADS) add_rmsnorm_kernel(float *__restrict__ x, const float *__restrict__ r,
-                                                                   const float *__restrict__ w, int dim, float eps,
-                                                                   float *__restrict__ y) {
-    cu_pdl_enter();
-    __shared__ float red[33];
-    float *__restrict__ xv = x + (int64_t)blockIdx.x * dim;
-    const float *__restrict__ rv = r + (int64_t)blockIdx.x * dim;
-    float ss = 0.0f;
-    /* x, r, y never alias (the model's residual, block output and norm output) */
-    NORM_EACH(e, dim, const float v = xv[e] + rv[e]; xv[e] = v; ss = fmaf(v, v, ss));
-    const float scale = rsqrtf(block_sum(ss, red) / (float)dim + eps);
-    float *yv = y + (int64_t)blockIdx.x * dim;
-    NORM_EACH(e, dim, yv[e] = xv[e] * scale * w[e]);
+    /* x is only read without ADD */
+    return norm_launch<false>(be, (float *)x, x_stride, NULL, w, n_vec, dim, eps, y, y_stride, "rmsnorm");
 }
 
 qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim, float eps,
                          float *y) {
-    if (n_vec <= 0) return Q_OK;
-    if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda add_rmsnorm: too many vectors");
-    if (norm_reg_ok(x, dim, r, w, dim, y, dim))
-        CU_TRY(cu_launch(rmsnorm_reg_kernel<true>, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, (int64_t)dim, r,
-                         w, dim, eps, y, (int64_t)dim),
-               "add_rmsnorm");
-    else
-        CU_TRY(cu_launch(add_rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, r, w, dim, eps, y),
-               "add_rmsnorm");
-    return Q_OK;
+    return norm_launch<true>(be, x, dim, r, w, n_vec, dim, eps, y, dim, "add_rmsnorm");
 }
 
 __global__ void __launch_bounds__(NORM_THREADS) gated_rmsnorm_kernel(const float *x, const float *__restrict__ z,
