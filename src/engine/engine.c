@@ -269,16 +269,16 @@ static void end_cancelled(qengine *e) {
 
 /* ---- a round ----------------------------------------------------------------------------------- */
 
-/* Appends the next prefill chunk of slot i to the round; returns the new row count.
- * EXACT(chunk): the chunk ends at the next multiple of prefill_chunk from position 0 (or at the
- * prompt's end), exactly where generate.c's prefill() cuts, never where a row budget runs out;
- * tests/unit/engine/test_engine.c runs prompts of 3..150 rows with chunk 64 against generate(). */
 /* What a row that samples asks the forward for: a greedy stream only its id (chosen on the backend, no
  * logits downloaded), any other its logits. */
 static uint32_t out_flag(const qreq *r) {
     return r->sampling.temperature <= 0.0f ? QROW_ARGMAX : QROW_LOGITS;
 }
 
+/* Appends the next prefill chunk of slot i to the round; returns the new row count.
+ * EXACT(chunk): the chunk ends at the next multiple of prefill_chunk from position 0 (or at the
+ * prompt's end), exactly where generate.c's prefill() cuts, never where a row budget runs out;
+ * tests/unit/engine/test_engine.c runs prompts of 3..150 rows with chunk 64 against generate(). */
 static int add_prefill_rows(qengine *e, int i, int n) {
     const qslot *s = &e->slots.slots[i];
     const qreq *r = s->req;

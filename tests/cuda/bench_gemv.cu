@@ -21,18 +21,10 @@
 #include <vector>
 
 #include "backend/cuda/cuda_gemv.cuh"
+#include "bench_check.h"
 
-#define CK(call)                                                                                       \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #call); \
-            exit(2);                                                                                   \
-        }                                                                                              \
-    } while (0)
-
-/* The OLD decode kernel (before the tensor-core one) is gemv_kernel in cuda_gemv.cuh, where it remains
- * the fallback for weights the tensor-core kernel does not take. */
+/* The OLD decode kernel (before the tensor-core one) is gemv_kernel in cuda_gemv_simt.cuh, where it
+ * remains the fallback for weights the tensor-core kernel does not take. */
 
 /* ---- random data on the device ------------------------------------------------------------------ */
 __host__ __device__ static inline uint32_t hash32(uint64_t i, uint32_t seed) {

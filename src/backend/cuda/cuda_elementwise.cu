@@ -24,7 +24,8 @@ __global__ void swiglu_kernel(const float *gate, const float *up, int64_t n, flo
 
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y) {
     if (n <= 0) return Q_OK;
-    CU_TRY(cu_launch(swiglu_kernel, cu_blocks(n, EW_THREADS), EW_THREADS, 0, cu_stream(be), gate, up, n, y), "swiglu");
+    CU_TRY(cu_launch(swiglu_kernel, cu_blocks(n, EW_THREADS), EW_THREADS, 0, cu_stream(be), gate, up, n, y),
+           "swiglu");
     return Q_OK;
 }
 
@@ -40,8 +41,9 @@ __global__ void mul_sigmoid_kernel(float *out, const float *__restrict__ gate, i
 qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
                          int dim) {
     if (n_vec <= 0) return Q_OK;
-    CU_TRY(cu_launch(mul_sigmoid_kernel, cu_blocks(n_vec * dim, EW_THREADS), EW_THREADS, 0, cu_stream(be), 
-        out, gate, gate_stride, n_vec, dim), "mul_sigmoid");
+    CU_TRY(cu_launch(mul_sigmoid_kernel, cu_blocks(n_vec * dim, EW_THREADS), EW_THREADS, 0, cu_stream(be), out, gate,
+                     gate_stride, n_vec, dim),
+           "mul_sigmoid");
     return Q_OK;
 }
 
@@ -57,6 +59,16 @@ __device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
     }
 }
 
+/* The warp's best (value, index) by am_take, in every lane. */
+__device__ __forceinline__ void am_warp(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, ov, oi);
+    }
+}
+
 __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float *__restrict__ x, int n_cols,
                                                             int32_t *__restrict__ out) {
     cu_pdl_enter();
@@ -69,24 +81,14 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float *__restr
         const float v = row[i];
         if (v == v && (bi < 0 || v > bv)) { bv = v; bi = i; }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        am_take(bv, bi, ov, oi);
-    }
+    am_warp(bv, bi);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) { sv[warp] = bv; si[warp] = bi; }
     __syncthreads();
     if (warp == 0) {
         bv = sv[lane];
         bi = si[lane];
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            am_take(bv, bi, ov, oi);
-        }
+        am_warp(bv, bi);
         if (lane == 0) out[blockIdx.x] = (row[0] != row[0] || bi < 0) ? 0 : bi;
     }
 }
