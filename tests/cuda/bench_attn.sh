@@ -6,6 +6,7 @@
 # unless $BENCH_ATTN names a built binary; prints one table; keeps the log in $OUT. Non-zero on failure.
 set -u
 cd "$(dirname "$0")/../.."
+. tests/cuda/bench_lib.sh
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 bin=${BENCH_ATTN:-build-bench/bench_attn}
 log=${OUT:-/tmp}/bench-attn.log
@@ -17,9 +18,4 @@ if [ ! -x "$bin" ]; then
     tail -30 "$log"; echo "build failed"; exit 1
   fi
 fi
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null | sed 's/^/# /'
-t0=$(date +%s)
-"$bin" 2>&1 | tee -a "$log"
-rc=${PIPESTATUS[0]}
-echo "# bench_attn: rc $rc, $(( $(date +%s) - t0 )) s"
-exit $rc
+bench_run bench_attn "$log" "$bin"

@@ -10,6 +10,7 @@
 # unless QUILL_GEMM_TRACE names another file.
 set -u
 cd "$(dirname "$0")/../.."
+. tests/cuda/bench_lib.sh
 [ -d .debs ] && . tests/cuda/device_deps.sh
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/bench-gemm.log
@@ -18,12 +19,9 @@ if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$
        cmake --build "$build" -j "$(nproc)" --target bench_gemm >>"$log" 2>&1; }; then
   tail -30 "$log"; echo "build failed"; exit 1
 fi
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader 2>/dev/null | sed 's/^/# /'
-t0=$(date +%s)
 trace=${QUILL_GEMM_TRACE:-${OUT:-/tmp}/gemm-trace.txt}
 rm -f "$trace" "$trace.gz"
-QUILL_GEMM_TRACE=$trace "$build/bench_gemm" 2>&1 | tee -a "$log"
-rc=${PIPESTATUS[0]}
+bench_run bench_gemm "$log" env QUILL_GEMM_TRACE="$trace" "$build/bench_gemm"
+rc=$?
 [ -s "$trace" ] && echo "# selection trace: $(wc -l <"$trace") lines in $trace.gz" && gzip -f "$trace"
-echo "# bench_gemm: rc $rc, $(( $(date +%s) - t0 )) s"
 exit $rc
