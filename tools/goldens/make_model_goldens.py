@@ -43,6 +43,9 @@ for _blocked in ("fla", "causal_conv1d"):
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_np import read_safetensors  # noqa: E402  (tools/safetensors_np.py)
 import transformers  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 from transformers import (Qwen3_5Config, Qwen3_5ForCausalLM,  # noqa: E402
@@ -234,24 +237,9 @@ def write_raw_safetensors(path, tensors, metadata):
         f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
 
 def read_raw_safetensors(path):
-    """Independent reader (numpy only): name -> (dtype string, float32/uint32 array)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header, base, out = json.loads(data[8:8 + n]), 8 + n, {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b = bytes(data[base + e["data_offsets"][0]: base + e["data_offsets"][1]])
-        dt = e["dtype"]
-        if dt == "BF16":
-            a = (np.frombuffer(b, "<u2").astype(np.uint32) << 16).view(np.float32)
-        elif dt in ("F32", "U32"):
-            a = np.frombuffer(b, "<f4" if dt == "F32" else "<u4").copy()
-        else:
-            raise ValueError(f"{path}: unexpected dtype {dt} for {name}")
-        out[name] = (dt, a.reshape(e["shape"]))
-    return out
+    """Independent reader (numpy only, tools/safetensors_np.py): name -> (dtype string, float32/uint32
+    array); the goldens' files hold BF16, F32 and U32 only."""
+    return read_safetensors(path, dtypes=("BF16", "F32", "U32"))
 
 def write_f32(path, t):
     t.detach().to(torch.float32).contiguous().numpy().astype("<f4").tofile(path)

@@ -135,26 +135,8 @@ def import_transformers():
 
 
 # ----------------------------------------------------------------------------- safetensors
-_NP = {"F32": np.float32, "F16": np.float16, "U32": np.uint32, "I32": np.int32, "I64": np.int64,
-       "U8": np.uint8, "BF16": np.uint16}
-
-
-def read_safetensors(path):
-    """name -> (dtype string, numpy array; BF16 comes back as float32)."""
-    with open(path, "rb") as f:
-        data = f.read()
-    n = struct.unpack("<Q", data[:8])[0]
-    header, base, out = json.loads(data[8:8 + n]), 8 + n, {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        b0, b1 = e["data_offsets"]
-        a = np.frombuffer(data, dtype=np.dtype(_NP[e["dtype"]]).newbyteorder("<"),
-                          count=(b1 - b0) // np.dtype(_NP[e["dtype"]]).itemsize, offset=base + b0)
-        if e["dtype"] == "BF16":
-            a = (a.astype(np.uint32) << 16).view(np.float32)
-        out[name] = (e["dtype"], np.array(a).reshape(e["shape"]))
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_np import read_safetensors  # noqa: E402  (tools/safetensors_np.py)
 
 
 def read_dir_safetensors(d):
