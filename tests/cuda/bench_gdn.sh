@@ -10,8 +10,5 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/bench-gdn.log
 : >"$log"
-if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 &&
-       cmake --build "$build" -j "$(nproc)" --target bench_gdn >>"$log" 2>&1; }; then
-  tail -30 "$log"; echo "build failed"; exit 1
-fi
+bench_build "$build" "$log" bench_gdn
 bench_run bench_gdn "$log" "$build/bench_gdn"

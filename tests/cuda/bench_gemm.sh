@@ -15,10 +15,7 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/bench-gemm.log
 : >"$log"
-if ! { cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 &&
-       cmake --build "$build" -j "$(nproc)" --target bench_gemm >>"$log" 2>&1; }; then
-  tail -30 "$log"; echo "build failed"; exit 1
-fi
+bench_build "$build" "$log" bench_gemm
 trace=${QUILL_GEMM_TRACE:-${OUT:-/tmp}/gemm-trace.txt}
 rm -f "$trace" "$trace.gz"
 bench_run bench_gemm "$log" env QUILL_GEMM_TRACE="$trace" "$build/bench_gemm"

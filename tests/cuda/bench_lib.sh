@@ -1,6 +1,14 @@
 # tests/cuda/bench_lib.sh: sourced by the device benches' scripts (bench_attn.sh, bench_gdn.sh,
 # bench_gemm.sh). bench_run NAME LOG CMD...: a comment line naming the GPU (clocks, temperature, power),
 # then CMD with its output on the screen and appended to LOG, then "# NAME: rc R, S s"; returns R.
+# bench_build BUILD LOG TARGET: configures BUILD (Release) and builds TARGET, output to LOG; on failure
+# prints LOG's tail and "build failed" and exits 1.
+bench_build() {
+  if ! { cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$2" 2>&1 &&
+         cmake --build "$1" -j "$(nproc)" --target "$3" >>"$2" 2>&1; }; then
+    tail -30 "$2"; echo "build failed"; exit 1
+  fi
+}
 bench_run() {
   local name=$1 log=$2 t0 rc
   shift 2
