@@ -104,11 +104,13 @@ typedef struct qbackend_ops {
 
     /* Causal GQA attention. For each seq s: writes k, v rows [row0, row0+n_rows) into the caches of
      * that stream at positions pos0.., then each row at position p attends to positions 0..p.
-     * q, out: [n][n_q][dim]; k, v: [n][n_kv][dim]; k_cache[s], v_cache[s]: [ctx][n_kv][dim].
-     * q head h reads kv head h / (n_q / n_kv). */
+     * q, out: [n][n_q][dim]; k, v: [n][n_kv][dim]; k_cache[s], v_cache[s]: [ctx][n_kv][dim] of
+     * kv_fmt elements: QW_F32, or QW_BF16 (each value rounded to nearest even as it is written, read
+     * back exactly: the result is the f32 cache's on the rounded rows). q head h reads kv head
+     * h / (n_q / n_kv). */
     qstatus (*attention)(qbackend *be, const float *q, const float *k, const float *v,
-                         const qseq *seqs, int n_seqs, float *const *k_cache, float *const *v_cache,
-                         int n_q, int n_kv, int dim, float scale, float *out);
+                         const qseq *seqs, int n_seqs, void *const *k_cache, void *const *v_cache,
+                         qwfmt kv_fmt, int n_q, int n_kv, int dim, float scale, float *out);
 
     /* out[v][d] *= sigmoid(gate[v*gate_stride + d]) for n_vec vectors of dim. */
     qstatus (*mul_sigmoid)(qbackend *be, float *out, const float *gate, int64_t gate_stride,

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "format/safetensors.h"
 #ifdef QUILL_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -109,11 +110,19 @@ static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
     size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim;
     float *r = random_floats(kv > S ? kv : S, 7u, 1.0f);
     if (!r) return q_fail(Q_ENOMEM, "bench: out of memory");
+    const size_t kv_bytes = kv * qwfmt_elem_bytes(qwen35_kv_fmt(c));
+    uint16_t *rh = c->kv_bf16 ? malloc(kv * sizeof *rh) : NULL; /* the rows as a bf16 cache holds them */
+    if (c->kv_bf16 && !rh) {
+        free(r);
+        return q_fail(Q_ENOMEM, "bench: out of memory");
+    }
+    for (size_t i = 0; rh && i < kv; i++) rh[i] = st_f32_to_bf16(r[i]);
+    const void *kv_src = rh ? (const void *)rh : (const void *)r;
     qstatus rc = Q_OK;
     for (int l = 0; rc == Q_OK && l < c->n_layers; l++) {
         if (c->layer_is_attn[l]) {
-            if (kv) rc = m->be->ops->upload(m->be, st->k_cache[l], r, kv * sizeof(float));
-            if (kv && rc == Q_OK) rc = m->be->ops->upload(m->be, st->v_cache[l], r, kv * sizeof(float));
+            if (kv) rc = m->be->ops->upload(m->be, st->k_cache[l], kv_src, kv_bytes);
+            if (kv && rc == Q_OK) rc = m->be->ops->upload(m->be, st->v_cache[l], kv_src, kv_bytes);
         } else {
             for (size_t i = 0; i < S; i++) r[i] *= 0.01f;
             rc = m->be->ops->upload(m->be, st->S[l], r, S * sizeof(float));
@@ -121,6 +130,7 @@ static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
         }
     }
     free(r);
+    free(rh);
     st->n_past = ctx;
     return rc;
 }
@@ -220,12 +230,13 @@ static qstatus engine_prefill_seconds(qwen35_model *m, int n, int kv_grow, doubl
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *backend = NULL;
     int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
-    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0;
+    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_bf16 = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
                    "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
+                   "                   [--kv-type f32|bf16]\n"
                    "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
                    "                                        K/V whole vs growing in 1024-row steps)\n"
                    "                   [--profile]         (CUDA: per-op GPU time after each figure;\n"
@@ -244,6 +255,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--prefill-chunk") && !cli_parse_int(v, 1, 1 << 20, &iv)) chunk = (int)iv;
         else if (!strcmp(a, "--steps") && !cli_parse_int(v, 1, 64, &iv)) steps = (int)iv;
         else if (!strcmp(a, "--grow-prefill") && !cli_parse_int(v, 1, 1 << 24, &iv)) grow_prefill = (int)iv;
+        else if (!strcmp(a, "--kv-type") && !cli_parse_kv_type(v, &kv_bf16)) {}
         else { fprintf(stderr, "quill bench: bad option %s %s\n", a, v); return 2; }
         if (n_pre < 0 || n_ctx < 0 || n_streams < 0) { fprintf(stderr, "quill bench: bad list '%s'\n", v); return 2; }
     }
@@ -256,6 +268,7 @@ int cmd_bench(int argc, char **argv) {
         be->ops->destroy(be);
         return 1;
     }
+    m->cfg.kv_bf16 = kv_bf16;
 #ifdef QUILL_HAVE_CUDA
     if (g_profile && cuda_profile_enable(be) != Q_OK) {
         fprintf(stderr, "quill bench: %s\n", q_lasterr());
@@ -264,8 +277,8 @@ int cmd_bench(int argc, char **argv) {
 #endif
     double bw = copy_bandwidth(be);
     int64_t wb = decode_weight_bytes(m);
-    printf("model %s, backend %s, weights %.2f GB held, %.3f GB read per decode step\n", dir, be->ops->name,
-           m->w.n_bytes / 1e9, wb / 1e9);
+    printf("model %s, backend %s, K/V %s, weights %.2f GB held, %.3f GB read per decode step\n", dir, be->ops->name,
+           kv_bf16 ? "bf16" : "f32", m->w.n_bytes / 1e9, wb / 1e9);
     printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n\n", bw / 1e9,
            bw > 0 ? bw / (double)wb : 0.0);
     int rc = 0;

@@ -38,10 +38,11 @@ int cmd_inspect(int argc, char **argv) {
     long long ctx = 0, parallel = 1;
     double pc_gib = 0, reserve_gib = -1;
     const char *backend = NULL;
+    int kv_bf16 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: quill inspect [MODEL_DIR] [--context C] [--parallel N] [--prompt-cache-gib G]\n"
-                   "                     [--memory-reserve-gib R] [--backend cpu|cuda]\n");
+                   "                     [--memory-reserve-gib R] [--backend cpu|cuda] [--kv-type f32|bf16]\n");
             return 0;
         } else if (!strcmp(argv[i], "--prompt-cache-gib") && i + 1 < argc) {
             if (cli_parse_float(argv[++i], &pc_gib) || pc_gib < 0) { fprintf(stderr, "quill inspect: bad --prompt-cache-gib\n"); return 2; }
@@ -50,6 +51,8 @@ int cmd_inspect(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--backend") && i + 1 < argc) {
             backend = argv[++i];
             if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) { fprintf(stderr, "quill inspect: bad --backend\n"); return 2; }
+        } else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
+            if (cli_parse_kv_type(argv[++i], &kv_bf16)) { fprintf(stderr, "quill inspect: bad --kv-type\n"); return 2; }
         } else if (!strcmp(argv[i], "--context") && i + 1 < argc) {
             if (cli_parse_int(argv[++i], 1, 1 << 24, &ctx)) { fprintf(stderr, "quill inspect: bad --context\n"); return 2; }
         } else if (!strcmp(argv[i], "--parallel") && i + 1 < argc) {
@@ -60,6 +63,7 @@ int cmd_inspect(int argc, char **argv) {
     const char *dir = cli_model_dir(model_arg);
     qwen35_config cfg;
     if (qwen35_config_load(dir, &cfg) != Q_OK) { fprintf(stderr, "quill inspect: %s\n", q_lasterr()); return 1; }
+    cfg.kv_bf16 = kv_bf16;
     st_set *set = NULL;
     if (st_open_dir(dir, &set) != Q_OK) {
         fprintf(stderr, "quill inspect: %s\n", q_lasterr());
@@ -122,10 +126,10 @@ int cmd_inspect(int argc, char **argv) {
     if (fmt_count[ST_F64 + 1]) printf(" MLX affine: %d tensors;", fmt_count[ST_F64 + 1]);
     printf("\n");
 
-    /* memory arithmetic (the CPU backend keeps K/V and states in f32) */
+    /* memory arithmetic (states in f32, K/V in --kv-type) */
     double kv_tok = (double)qwen35_kv_bytes_per_token(&cfg);
     double gdn = (double)qwen35_gdn_state_bytes(&cfg);
-    printf("\nmemory (f32 K/V and states)\n");
+    printf("\nmemory (%s K/V, f32 states)\n", kv_bf16 ? "bf16" : "f32");
     printf("  weights                 %10.1f MiB\n", mib(tb));
     printf("  K/V per token           %10.1f KiB  (%d attention layers x 2 x %d x %d)\n", kv_tok / 1024,
            n_attn, cfg.n_kv_heads, cfg.head_dim);

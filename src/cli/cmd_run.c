@@ -34,7 +34,8 @@ static void run_usage(FILE *f) {
             "  --prefill-chunk N    prompt rows per forward (default 512)\n"
             "  --dump-logits PATH   write the last prompt position's logits (float32 LE)\n"
             "  --backend cpu|cuda   (default: cuda when a GPU is present, else cpu)\n"
-            "  --threads N          CPU threads (default: all cores)\n");
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --kv-type f32|bf16   K/V cache element type (default f32)\n");
 }
 
 /* Parses "1,2,3" into an owned array. Returns -1 on a malformed list. */
@@ -108,7 +109,7 @@ static int text_prompt(const char *dir, char kind, const char *arg, qtokenizer *
 int cmd_run(int argc, char **argv) {
     const char *model_arg = NULL, *ids_arg = NULL, *dump = NULL, *backend = NULL, *text_arg = NULL;
     char text_kind = 0;
-    int print_ids = 0;
+    int print_ids = 0, kv_bf16 = 0;
     qgen_params gp = {.n_predict = 32, .prefill_chunk = 512, .sampling = qsampling_default()};
     long long threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -157,7 +158,9 @@ int cmd_run(int argc, char **argv) {
             threads = iv;
         } else if (!strcmp(a, "--dump-logits")) dump = v;
         else if (!strcmp(a, "--backend")) backend = v;
-        else { fprintf(stderr, "quill run: unknown option %s\n", a); run_usage(stderr); return 2; }
+        else if (!strcmp(a, "--kv-type")) {
+            if (cli_parse_kv_type(v, &kv_bf16)) goto bad;
+        } else { fprintf(stderr, "quill run: unknown option %s\n", a); run_usage(stderr); return 2; }
         continue;
     bad:
         fprintf(stderr, "quill run: bad value for %s: '%s'\n", a, v);
@@ -193,6 +196,7 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "quill run: %s: %s\n", dir, q_lasterr());
         goto done;
     }
+    m->cfg.kv_bf16 = kv_bf16;
     last = malloc((size_t)m->cfg.vocab_size * sizeof *last);
     if (!last) goto done;
     if (qwen35_state_create(m, n_prompt + gp.n_predict, &st) != Q_OK) {

@@ -36,6 +36,8 @@ static void serve_usage(FILE *f) {
             "                       holds --context rows from its first use)\n"
             "  --kv-budget-rows N   K/V rows all slots may hold together (default parallel x context);\n"
             "                       a request is charged prompt + max_tokens rows and waits until it fits\n"
+            "  --kv-type f32|bf16   K/V cache element type (default f32; bf16 holds half the bytes and reads\n"
+            "                       half at long contexts, each K/V value rounded to bf16)\n"
             "  --memory-reserve-gib G  memory left free by the startup fit (default max(10 %%, 2 GiB))\n"
             "  --prefill-chunk N    prompt rows per round (default 512)\n"
             "  --queue N            requests waiting for a slot; beyond it 503 + Retry-After (default 64)\n"
@@ -51,6 +53,7 @@ static void serve_usage(FILE *f) {
 typedef struct serve_opts {
     const char *model, *host, *backend, *name;
     long long port, parallel, context, prefill_chunk, queue, threads, kv_grow, kv_budget_rows;
+    int kv_bf16;
     double reserve_gib; /* < 0: the default */
 } serve_opts;
 
@@ -89,6 +92,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--threads")) bad = cli_parse_int(v, 1, 4096, &o->threads);
         else if (!strcmp(a, "--kv-grow")) bad = cli_parse_int(v, 0, 1 << 24, &o->kv_grow) || o->kv_grow % 16;
         else if (!strcmp(a, "--kv-budget-rows")) bad = cli_parse_int(v, 1, (long long)1 << 40, &o->kv_budget_rows);
+        else if (!strcmp(a, "--kv-type")) bad = cli_parse_kv_type(v, &o->kv_bf16);
         else if (!strcmp(a, "--memory-reserve-gib")) bad = cli_parse_float(v, &o->reserve_gib) || o->reserve_gib < 0;
         else {
             fprintf(stderr, "quill serve: unknown option %s\n", a);
@@ -111,6 +115,7 @@ static int startup_fit(const char *dir, const char *backend, const serve_opts *o
         fprintf(stderr, "quill serve: %s\n", q_lasterr());
         return 1;
     }
+    cfg.kv_bf16 = o->kv_bf16;
     int max_pos = cfg.max_positions > 0 ? cfg.max_positions : SERVE_FALLBACK_CONTEXT;
     *n_ctx = o->context ? (int)o->context : max_pos;
     if (o->context > max_pos)
@@ -168,6 +173,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
         goto out;
     }
+    m->cfg.kv_bf16 = o.kv_bf16;
     if (tok_load(dir, &tok) != Q_OK) {
         fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
         goto out;
@@ -220,8 +226,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quill serve: %s\n", q_lasterr());
         goto out;
     }
-    q_info("quill serve: %s (%s) on http://%s:%lld, backend %s, %d slots x %d positions, K/V grow %d, queue %lld", dir,
-           s.model_name, o.host, o.port, be->ops->name, s.n_parallel, n_ctx, ep.kv_grow, o.queue);
+    q_info("quill serve: %s (%s) on http://%s:%lld, backend %s, %d slots x %d positions, K/V %s grow %d, queue %lld",
+           dir, s.model_name, o.host, o.port, be->ops->name, s.n_parallel, n_ctx, o.kv_bf16 ? "bf16" : "f32",
+           ep.kv_grow, o.queue);
 
     int sig = http_wait_signal();
     q_info("quill serve: signal %d: stopping", sig);

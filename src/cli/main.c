@@ -69,6 +69,13 @@ int cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
     return 0;
 }
 
+int cli_parse_kv_type(const char *s, int *bf16) {
+    if (!s) return -1;
+    if (strcmp(s, "f32") && strcmp(s, "bf16")) return -1;
+    *bf16 = !strcmp(s, "bf16");
+    return 0;
+}
+
 int cli_parse_float(const char *s, double *out) {
     if (!s || !*s) return -1;
     char *end;

@@ -110,6 +110,7 @@ void engine_get_stats(qengine *e, qengine_stats *out);
  * budget. Backend memory is the GPU's with the CUDA backend, host RAM with the CPU backend. */
 typedef struct qengine_memory {
     const char *backend;        /* the backend's name ("cpu", "cuda"); static */
+    const char *kv_type;        /* the K/V caches' element type ("f32", "bf16"); static */
     int64_t weights_bytes;      /* model weights */
     int64_t kv_bytes, kv_peak_bytes;   /* K/V mapped (grow) or allocated (no grow) */
     int64_t gdn_bytes;          /* GDN conv + recurrent states, every slot */

@@ -71,6 +71,7 @@ qstatus engine_memory_json(qengine *e, char **out) {
         put(kv, "grow_rows", json_integer(m->kv_grow), &bad);
         put(kv, "first_rows", json_integer(m->first_rows), &bad);
         put(kv, "context", json_integer(m->n_ctx), &bad);
+        put(kv, "type", json_string(m->kv_type ? m->kv_type : "?"), &bad);
         put(kv, "bytes_per_row", json_integer(m->kv_bytes_per_row), &bad);
         put(kv, "budget_rows", json_integer(m->kv_budget_rows), &bad);
         put(kv, "committed_rows", json_integer(m->kv_committed_rows), &bad);

@@ -34,6 +34,8 @@ typedef struct qwen35_config {
     int eos_ids[QCFG_MAX_EOS], n_eos; /* top-level eos_token_id (int or list), else text_config's */
     char torch_dtype[16];  /* "bfloat16", ... ("" if absent) */
     qquant_config quant;   /* config["quantization"]; quant.enabled == 0 when absent */
+    /* Not from config.json: a serving choice the caller sets before states are made (--kv-type). */
+    int kv_bf16;           /* K/V caches in bf16 (half the bytes of f32); 0 after parsing */
 } qwen35_config;
 
 /* Parses the JSON text `json` (src names the file in messages). */

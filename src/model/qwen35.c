@@ -32,6 +32,7 @@ typedef struct qwen35_scratch {
     int n_ranges;
     int *seq_stream;             /* [cap] stream index of each seq */
     float **p0, **p1;            /* [cap] per-seq state pointers handed to the ops */
+    void **kp, **vp;             /* [cap] per-seq K/V caches handed to attention */
     int32_t *host_ids, *host_pos;
 } qwen35_scratch;
 
@@ -39,10 +40,12 @@ static int conv_dim(const qwen35_config *c) {
     return 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
 }
 
+qwfmt qwen35_kv_fmt(const qwen35_config *c) { return c->kv_bf16 ? QW_BF16 : QW_F32; }
+
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *c) {
     int n_attn = 0;
     for (int l = 0; l < c->n_layers; l++) n_attn += c->layer_is_attn[l];
-    return (int64_t)n_attn * 2 * c->n_kv_heads * c->head_dim * (int64_t)sizeof(float);
+    return (int64_t)n_attn * 2 * qwen35_kv_row_bytes(c);
 }
 
 int64_t qwen35_gdn_state_bytes(const qwen35_config *c) {
@@ -54,7 +57,7 @@ int64_t qwen35_gdn_state_bytes(const qwen35_config *c) {
 }
 
 int64_t qwen35_kv_row_bytes(const qwen35_config *c) {
-    return (int64_t)c->n_kv_heads * c->head_dim * (int64_t)sizeof(float);
+    return (int64_t)c->n_kv_heads * c->head_dim * (int64_t)qwfmt_elem_bytes(qwen35_kv_fmt(c));
 }
 
 /* Floats per row of the scratch plan in scratch_create (keep the two in step), times the rows the
@@ -84,6 +87,8 @@ static void scratch_free(qbackend *be, qwen35_scratch *s) {
     free(s->seq_stream);
     free(s->p0);
     free(s->p1);
+    free(s->kp);
+    free(s->vp);
     free(s->host_ids);
     free(s->host_pos);
     free(s);
@@ -119,9 +124,11 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
     s->seq_stream = calloc((size_t)cap, sizeof *s->seq_stream);
     s->p0 = calloc((size_t)cap, sizeof *s->p0);
     s->p1 = calloc((size_t)cap, sizeof *s->p1);
+    s->kp = calloc((size_t)cap, sizeof *s->kp);
+    s->vp = calloc((size_t)cap, sizeof *s->vp);
     s->host_ids = calloc((size_t)cap, sizeof *s->host_ids);
     s->host_pos = calloc((size_t)cap, sizeof *s->host_pos);
-    if (!s->seqs || !s->range_start || !s->range_prefill || !s->seq_stream || !s->p0 || !s->p1 || !s->host_ids || !s->host_pos) {
+    if (!s->seqs || !s->range_start || !s->range_prefill || !s->seq_stream || !s->p0 || !s->p1 || !s->kp || !s->vp || !s->host_ids || !s->host_pos) {
         scratch_free(be, s);
         return q_fail(Q_ENOMEM, "scratch: out of memory");
     }
@@ -195,15 +202,15 @@ static qstatus state_create(qwen35_model *m, int n_ctx, int with_kv, qwen35_stat
     st->n_kv_rows = with_kv ? n_ctx : 0;
     st->kv_borrowed = !with_kv;
     size_t L = (size_t)c->n_layers;
-    st->k_cache = calloc(L, sizeof(float *));
-    st->v_cache = calloc(L, sizeof(float *));
+    st->k_cache = calloc(L, sizeof(void *));
+    st->v_cache = calloc(L, sizeof(void *));
     st->conv = calloc(L, sizeof(float *));
     st->S = calloc(L, sizeof(float *));
     if (!st->k_cache || !st->v_cache || !st->conv || !st->S) {
         qwen35_state_destroy(m, st);
         return q_fail(Q_ENOMEM, "state: out of memory");
     }
-    const size_t kv = (size_t)n_ctx * c->n_kv_heads * c->head_dim * sizeof(float);
+    const size_t kv = (size_t)n_ctx * (size_t)qwen35_kv_row_bytes(c);
     const size_t conv = (size_t)(c->conv_kernel - 1) * conv_dim(c) * sizeof(float);
     const size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float);
     qbackend *be = m->be;
@@ -211,8 +218,8 @@ static qstatus state_create(qwen35_model *m, int n_ctx, int with_kv, qwen35_stat
         qstatus s = Q_OK;
         if (c->layer_is_attn[l]) {
             if (!with_kv) continue;
-            s = be->ops->alloc(be, kv, (void **)&st->k_cache[l]);
-            if (s == Q_OK) s = be->ops->alloc(be, kv, (void **)&st->v_cache[l]);
+            s = be->ops->alloc(be, kv, &st->k_cache[l]);
+            if (s == Q_OK) s = be->ops->alloc(be, kv, &st->v_cache[l]);
             st->n_bytes += 2 * (int64_t)kv;
         } else {
             s = be->ops->alloc(be, conv, (void **)&st->conv[l]);
@@ -350,10 +357,10 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     Q_TRY(be->ops->rope(be, s->q, n, nq, D, c->rot_dim, s->pos, c->rope_theta));
     Q_TRY(be->ops->rope(be, s->k, n, nkv, D, c->rot_dim, s->pos, c->rope_theta));
     for (int i = 0; i < n_seqs; i++) {
-        s->p0[i] = states[s->seq_stream[i]]->k_cache[l];
-        s->p1[i] = states[s->seq_stream[i]]->v_cache[l];
+        s->kp[i] = states[s->seq_stream[i]]->k_cache[l];
+        s->vp[i] = states[s->seq_stream[i]]->v_cache[l];
     }
-    Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->p0, s->p1, nq, nkv, D,
+    Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv, D,
                              1.0f / sqrtf((float)D), s->o));
     Q_TRY(be->ops->mul_sigmoid(be, s->o, s->qg + D, 2 * D, (int64_t)n * nq, D)); /* output gate */
     return mm(m, s->o, &w->o_proj, s->out);

@@ -86,7 +86,7 @@ typedef struct qwen35_state {
                            engine grows K/V as used, engine/kvmem.c) */
     int kv_borrowed;    /* k_cache/v_cache entries point into memory the caller owns */
     /* indexed by layer number; entries of the other layer kind are NULL */
-    float **k_cache, **v_cache; /* attention layers: [n_ctx][n_kv][head_dim] */
+    void **k_cache, **v_cache;  /* attention layers: [n_ctx][n_kv][head_dim] of qwen35_kv_fmt */
     float **conv;       /* GDN layers: [kernel-1][conv_dim] */
     float **S;          /* GDN layers: [Hv][dk][dv] fp32 */
     int64_t n_bytes;
@@ -124,10 +124,12 @@ qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n_rows, qwen35_sta
 qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
                           float *logits, int32_t *argmax);
 
+/* The K/V caches' element format: QW_BF16 with cfg->kv_bf16 (--kv-type bf16), else QW_F32. */
+qwfmt qwen35_kv_fmt(const qwen35_config *cfg);
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
 int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);
-/* Bytes of one position of one attention layer's K (or V) cache: n_kv_heads * head_dim floats. */
+/* Bytes of one position of one attention layer's K (or V) cache: n_kv_heads * head_dim elements. */
 int64_t qwen35_kv_row_bytes(const qwen35_config *cfg);
 /* Backend bytes of the activation scratch for a batch of up to n_rows rows (forward rounds it up to
  * a power of two, at least 16, before allocating). */

@@ -61,11 +61,11 @@ static unsigned long long *d_bad;
 /* mode: -1 old kernel, FLASH_BF16, FLASH_SPLIT. One call: rows [row0, row0 + n) at positions row0.. */
 static void call(int mode, int row0, int n) {
     if (mode < 0) {
-        attention_kernel<<<dim3((unsigned)n, NQ), ATT_WARPS * 32, 0, st.stream>>>(d_q, row0, row0, d_kc, d_vc, NQ, NKV,
-                                                                               DIM, SCALE, d_out);
+        attention_kernel<float><<<dim3((unsigned)n, NQ), ATT_WARPS * 32, 0, st.stream>>>(d_q, row0, row0, d_kc, d_vc, NQ,
+                                                                                      NKV, DIM, SCALE, d_out);
         CK(cudaGetLastError());
     } else {
-        OK(cuda_flash_prefill(&be, d_q, row0, n, row0, d_kc, d_vc, NQ, NKV, DIM, SCALE, mode, d_out));
+        OK(cuda_flash_prefill(&be, d_q, row0, n, row0, d_kc, d_vc, QW_F32, NQ, NKV, DIM, SCALE, mode, d_out));
     }
 }
 /* rows n as calls of at most CHUNK rows (one call when n <= 16384). */

@@ -83,6 +83,30 @@ static inline void bf16_from(const float *f, uint16_t *o, size_t n) {
     for (size_t i = 0; i < n; i++) { uint32_t u; memcpy(&u, &f[i], 4); o[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
 }
 
+/* A K/V cache of n elements of fmt (QW_F32 or QW_BF16) holding the same random values on both backends. */
+static inline buf mk_cache(size_t n, qwfmt fmt) {
+    if (fmt == QW_F32) return mk_rand(n, 1.0f);
+    float *f = malloc(n * sizeof *f);
+    uint16_t *h = malloc(n * sizeof *h);
+    for (size_t i = 0; i < n; i++) f[i] = frand();
+    bf16_from(f, h, n);
+    buf b = mk(n * sizeof *h, h);
+    free(f);
+    free(h);
+    return b;
+}
+static inline const char *kv_name(qwfmt fmt) { return fmt == QW_BF16 ? "bf16 K/V" : "f32 K/V"; }
+
+/* Whether b holds the same bytes on both backends. */
+static inline void expect_same_buf(const char *name, buf b) {
+    void *x = malloc(b.bytes), *y = malloc(b.bytes);
+    OK(cpu->ops->download(cpu, x, b.c, b.bytes));
+    OK(gpu->ops->download(gpu, y, b.g, b.bytes));
+    expect_same(name, x, y, b.bytes);
+    free(x);
+    free(y);
+}
+
 /* A weight on both backends: fmt F32, BF16, or AFFINE with bits/group. */
 typedef struct wpair { qweight c, g; buf w, s, b; } wpair;
 static inline wpair mk_weight(qwfmt fmt, int64_t n_out, int64_t n_in, int bits, int group) {

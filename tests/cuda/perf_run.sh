@@ -6,10 +6,12 @@
 #   kernels  every tests/cuda/bench_*.sh;  gemv / gemm: only that bench;  tune: tests/cuda/tune_gemv.sh
 #   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
-#   profile  quill bench --profile: the per-op GPU time table of a decode step (1 and 64 streams) and of a prefill
+#   profile  quill bench --profile: the per-op GPU time table of a decode step (1 stream, PROFILE_STREAMS: 16 64)
+#            and of a prefill
 #   ncu      tests/cuda/ncu_decode.sh on the 4-bit model (its reports come back in $OUT)
 #   variant  a second quill build with VARIANT_FLAGS (e.g. "-DGT_BLOCKS_Q4=128") and the 4-bit decode figures from
-#            both builds, one after the other (an A/B of a kernel knob on the whole model)
+#            both builds, one after the other (an A/B of a kernel knob on the whole model; VARIANT_ARGS: the
+#            bench's options, default "--contexts 0 --streams 4,16")
 # The summary ($OUT/summary.md) is written as the run goes, so a call cut short still brings it back;
 # logs go to $OUT/logs.tar.gz at the end.
 set -u
@@ -79,6 +81,7 @@ if has decode; then
     q 90 "decode $w" X=1 $B --prefill '' --contexts 0,32768 --streams 4,16,64 --steps 16
     q 40 "decode $w, graphs on" QUILL_CUDA_GRAPHS=1 $B --prefill '' --contexts 0 --streams '' --steps 16
     q 40 "decode $w, PDL off" QUILL_CUDA_PDL=0 $B --prefill '' --contexts 0 --streams 4 --steps 16
+    q 90 "decode $w, bf16 K/V" X=1 $B --kv-type bf16 --prefill '' --contexts 0,32768 --streams 16,64 --steps 16
   done
 fi
 if has prefill; then
@@ -96,10 +99,14 @@ fi
 if has profile; then
   q 60 "profile ${m}q4: decode, 1 stream" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
     --contexts 0 --streams '' --steps 8
-  q 60 "profile ${m}q4: decode, 1 stream at 32k" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
-    --contexts 32768 --streams '' --steps 8
-  q 60 "profile ${m}q4: decode, 64 streams" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
-    --contexts '' --streams 64 --steps 8
+  for kv in f32 bf16; do
+    q 60 "profile ${m}q4: decode, 1 stream at 32k, $kv K/V" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile \
+      --kv-type $kv --prefill '' --contexts 32768 --streams '' --steps 8
+  done
+  for s in ${PROFILE_STREAMS:-16 64}; do
+    q 60 "profile ${m}q4: decode, $s streams" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
+      --contexts '' --streams $s --steps 8
+  done
   q 60 "profile ${m}q4: prefill 4096" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill 4096 \
     --prefill-chunk 4096 --contexts '' --streams ''
 fi
@@ -109,8 +116,8 @@ if has variant; then
     "-DCMAKE_CUDA_FLAGS=${VARIANT_FLAGS:-}" >>"$log" 2>&1 && cmake --build build-var -j "$(nproc)" --target quill >>"$log" 2>&1 ||
     echo "variant build failed" >>"$summary"
   for b in build-cuda build-var; do
-    q 60 "decode ${m}q4 with $b (${VARIANT_FLAGS:-})" X=1 $b/quill bench ${m}q4 --backend cuda --prefill '' --contexts 0 \
-      --streams 4,16 --steps 16
+    q 60 "decode ${m}q4 with $b (${VARIANT_FLAGS:-})" X=1 $b/quill bench ${m}q4 --backend cuda --prefill '' \
+      ${VARIANT_ARGS:---contexts 0 --streams 4,16} --steps 16
   done
 fi
 if has ncu; then

@@ -46,6 +46,8 @@ step "decode with and without programmatic launch: same bits" pdl_same
 [ "${QUILL_CUDA_QUICK:-0}" = 1 ] || {
 step "compute-sanitizer memcheck: quill run" compute-sanitizer --tool memcheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 8
+step "compute-sanitizer memcheck: quill run, bf16 K/V" compute-sanitizer --tool memcheck --error-exitcode 9 \
+     "$build/quill" run --backend cuda --kv-type bf16 --prompt-ids 1,2,3,4,5,6,7,8 -n 8
 step "compute-sanitizer racecheck: quill run" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 }

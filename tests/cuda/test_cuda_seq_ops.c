@@ -6,7 +6,7 @@
 #include "cuda_test_util.h"
 #include "backend/cuda/cuda_flash_prefill.h"
 
-static void test_attention(void) {
+static void attention_case(qwfmt fmt) {
     const int nq = 8, nkv = 2, D = 256, rot = 64, ctx = 300;
     /* two seqs: A prefill rows at 0..99, B rows at 180..185 (after a prefix we write first) */
     const int n = 106;
@@ -18,32 +18,41 @@ static void test_attention(void) {
     OK(cpu->ops->rope(cpu, q.c, n, nq, D, rot, p.c, 1e7f));
     OK(gpu->ops->rope(gpu, q.g, n, nq, D, rot, p.g, 1e7f));
     expect_close("rope (theta 1e7, 64 of 256 dims)", q, 1e-5);
-    buf kcA = mk_rand((size_t)ctx * nkv * D, 1.0f), vcA = mk_rand((size_t)ctx * nkv * D, 1.0f);
-    buf kcB = mk_rand((size_t)ctx * nkv * D, 1.0f), vcB = mk_rand((size_t)ctx * nkv * D, 1.0f);
+    buf kcA = mk_cache((size_t)ctx * nkv * D, fmt), vcA = mk_cache((size_t)ctx * nkv * D, fmt);
+    buf kcB = mk_cache((size_t)ctx * nkv * D, fmt), vcB = mk_cache((size_t)ctx * nkv * D, fmt);
     buf out = mk((size_t)n * nq * D * 4, NULL);
     qseq seqs[2] = {{0, 100, 0, 1}, {100, 6, 180, 0}};
-    float *kc_c[2] = {kcA.c, kcB.c}, *vc_c[2] = {vcA.c, vcB.c}, *kc_g[2] = {kcA.g, kcB.g}, *vc_g[2] = {vcA.g, vcB.g};
-    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, 2, kc_c, vc_c, nq, nkv, D, 1.0f / 16, out.c));
-    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, 2, kc_g, vc_g, nq, nkv, D, 1.0f / 16, out.g));
-    expect_close("attention 2 seqs, GQA 4:1, D 256", out, cuda_flash_precision() == FLASH_SPLIT ? 1e-5 : 2e-2);
-    expect_close("attention K cache written", kcB, 1e-7);
+    void *kc_c[2] = {kcA.c, kcB.c}, *vc_c[2] = {vcA.c, vcB.c}, *kc_g[2] = {kcA.g, kcB.g}, *vc_g[2] = {vcA.g, vcB.g};
+    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, 2, kc_c, vc_c, fmt, nq, nkv, D, 1.0f / 16, out.c));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, 2, kc_g, vc_g, fmt, nq, nkv, D, 1.0f / 16, out.g));
+    char name[96];
+    snprintf(name, sizeof name, "attention 2 seqs, GQA 4:1, D 256, %s", kv_name(fmt));
+    expect_close(name, out, cuda_flash_precision() == FLASH_SPLIT ? 1e-5 : 2e-2);
+    snprintf(name, sizeof name, "  caches written (decode and prompt rows): same bytes");
+    expect_same_buf(name, kcB);
+    expect_same_buf(name, vcA);
     /* EXACT(batch): seq B alone gives the same bits */
     size_t ob = (size_t)6 * nq * D * 4;
     float *together = malloc(ob), *alone = malloc(ob);
     OK(gpu->ops->download(gpu, together, (float *)out.g + (size_t)100 * nq * D, ob));
     qseq only_b = {100, 6, 180, 0};
-    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &only_b, 1, &kc_g[1], &vc_g[1], nq, nkv, D, 1.0f / 16, out.g));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &only_b, 1, &kc_g[1], &vc_g[1], fmt, nq, nkv, D, 1.0f / 16, out.g));
     OK(gpu->ops->download(gpu, alone, (float *)out.g + (size_t)100 * nq * D, ob));
-    expect_same("attention seq alone vs with another", together, alone, ob);
+    expect_same("  attention seq alone vs with another", together, alone, ob);
     free(together); free(alone);
     rm(q); rm(k); rm(v); rm(p); rm(kcA); rm(vcA); rm(kcB); rm(vcB); rm(out);
+}
+
+static void test_attention(void) {
+    attention_case(QW_F32);
+    attention_case(QW_BF16);
 }
 
 /* Prompt rows (chunked = 1) through the flash kernel: several seqs (lengths 1, 63, 64, 65, 300 at
  * positions 0 and off the 64-grid, each after a random cached prefix) against the CPU, in the mode
  * the environment picks and in both modes directly; then EXACT(chunk) (one call vs cuts at 64, 100,
  * and 1 + 170) and EXACT(batch) (a seq alone vs among the others), bitwise on the GPU. */
-static void flash_case(int nq, int nkv, int D, int check_exact) {
+static void flash_case(int nq, int nkv, int D, int check_exact, qwfmt fmt) {
     enum { NS = 5 };
     const int len[NS] = {1, 63, 64, 65, 300}, p0[NS] = {0, 37, 0, 129, 70};
     int row0[NS], n = 0, ctx[NS];
@@ -51,11 +60,11 @@ static void flash_case(int nq, int nkv, int D, int check_exact) {
     const size_t qw = (size_t)nq * D, kw = (size_t)nkv * D;
     buf q = mk_rand((size_t)n * qw, 2.0f), k = mk_rand((size_t)n * kw, 1.0f), v = mk_rand((size_t)n * kw, 1.0f);
     buf kc[NS], vc[NS];
-    float *kc_c[NS], *vc_c[NS], *kc_g[NS], *vc_g[NS];
+    void *kc_c[NS], *vc_c[NS], *kc_g[NS], *vc_g[NS];
     qseq seqs[NS];
     for (int s = 0; s < NS; s++) {
-        kc[s] = mk_rand((size_t)ctx[s] * kw, 1.0f);
-        vc[s] = mk_rand((size_t)ctx[s] * kw, 1.0f);
+        kc[s] = mk_cache((size_t)ctx[s] * kw, fmt);
+        vc[s] = mk_cache((size_t)ctx[s] * kw, fmt);
         kc_c[s] = kc[s].c; vc_c[s] = vc[s].c; kc_g[s] = kc[s].g; vc_g[s] = vc[s].g;
         seqs[s] = (qseq){row0[s], len[s], p0[s], 1};
     }
@@ -65,18 +74,19 @@ static void flash_case(int nq, int nkv, int D, int check_exact) {
     float *poison = malloc(ob);
     for (size_t i = 0; i < (size_t)n * qw; i++) poison[i] = NAN;
     OK(gpu->ops->upload(gpu, out.g, poison, ob));
-    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, NS, kc_c, vc_c, nq, nkv, D, scale, out.c));
-    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, NS, kc_g, vc_g, nq, nkv, D, scale, out.g));
+    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, NS, kc_c, vc_c, fmt, nq, nkv, D, scale, out.c));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, NS, kc_g, vc_g, fmt, nq, nkv, D, scale, out.g));
     char name[96];
     const int env = cuda_flash_precision();
-    snprintf(name, sizeof name, "prompt attn %d/%d D %d (%s)", nq, nkv, D, env == FLASH_SPLIT ? "split" : "bf16");
+    snprintf(name, sizeof name, "prompt attn %d/%d D %d (%s, %s)", nq, nkv, D, env == FLASH_SPLIT ? "split" : "bf16",
+             kv_name(fmt));
     expect_close(name, out, env == FLASH_SPLIT ? 1e-5 : 2e-2);
     float *ref = malloc(ob);
     OK(gpu->ops->download(gpu, ref, out.g, ob));
     for (int mode = 0; mode < 2; mode++) { /* both precisions, directly on the filled caches */
         OK(gpu->ops->upload(gpu, out.g, poison, ob));
         for (int s = 0; s < NS; s++)
-            OK(cuda_flash_prefill(gpu, q.g, row0[s], len[s], p0[s], kc_g[s], vc_g[s], nq, nkv, D, scale, mode,
+            OK(cuda_flash_prefill(gpu, q.g, row0[s], len[s], p0[s], kc_g[s], vc_g[s], fmt, nq, nkv, D, scale, mode,
                                   out.g));
         snprintf(name, sizeof name, "  flash direct D %d (%s)", D, mode == FLASH_SPLIT ? "split" : "bf16");
         expect_close(name, out, mode == FLASH_SPLIT ? 1e-5 : 2e-2);
@@ -92,7 +102,7 @@ static void flash_case(int nq, int nkv, int D, int check_exact) {
             for (int i = 0; i < 3 && a < len[s]; i++) {
                 const int b = cuts[c][i];
                 qseq part = {row0[s] + a, b - a, p0[s] + a, 1};
-                OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &part, 1, &kc_g[s], &vc_g[s], nq, nkv, D, scale, out.g));
+                OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &part, 1, &kc_g[s], &vc_g[s], fmt, nq, nkv, D, scale, out.g));
                 a = b;
             }
             OK(gpu->ops->download(gpu, got, out.g, ob));
@@ -103,7 +113,7 @@ static void flash_case(int nq, int nkv, int D, int check_exact) {
         int same = 1;
         for (int t = 0; t < NS; t++) {
             OK(gpu->ops->upload(gpu, out.g, poison, ob));
-            OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &seqs[t], 1, &kc_g[t], &vc_g[t], nq, nkv, D, scale, out.g));
+            OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &seqs[t], 1, &kc_g[t], &vc_g[t], fmt, nq, nkv, D, scale, out.g));
             OK(gpu->ops->download(gpu, got, out.g, ob));
             same &= memcmp(got + (size_t)row0[t] * qw, ref + (size_t)row0[t] * qw, (size_t)len[t] * qw * 4) == 0;
         }
@@ -118,11 +128,13 @@ static void flash_case(int nq, int nkv, int D, int check_exact) {
 }
 
 static void test_flash_prefill(void) {
-    flash_case(16, 4, 256, 1); /* the 9B shape: GQA 4:1, dim 256 */
-    flash_case(8, 2, 128, 1);
-    flash_case(8, 2, 64, 0);
-    flash_case(16, 2, 128, 0); /* GQA 8:1 */
-    flash_case(4, 4, 64, 0);   /* no sharing */
+    flash_case(16, 4, 256, 1, QW_F32); /* the 9B shape: GQA 4:1, dim 256 */
+    flash_case(16, 4, 256, 1, QW_BF16);
+    flash_case(8, 2, 128, 1, QW_F32);
+    flash_case(8, 2, 64, 0, QW_F32);
+    flash_case(8, 2, 64, 0, QW_BF16);
+    flash_case(16, 2, 128, 0, QW_F32); /* GQA 8:1 */
+    flash_case(4, 4, 64, 0, QW_F32);   /* no sharing */
 }
 
 static void test_gdn(void) {
@@ -174,31 +186,31 @@ static void test_gdn(void) {
 /* Many decode seqs: their tables no longer fit the kernel parameters (cu_tab, 2 KB: 85 attention rows,
  * 128 GDN seqs), so they are staged and read through a device pointer. One row each at varied positions,
  * against the CPU, and one seq alone vs among all (bitwise). Attention at D 256 (16-byte rows) and D 64. */
-static void attention_many_case(int nq, int nkv, int D) {
+static void attention_many_case(int nq, int nkv, int D, qwfmt fmt) {
     enum { NS = 100 };
     const size_t qw = (size_t)nq * D, kw = (size_t)nkv * D;
     buf q = mk_rand(NS * qw, 2.0f), k = mk_rand(NS * kw, 1.0f), v = mk_rand(NS * kw, 1.0f);
     buf out = mk(NS * qw * sizeof(float), NULL);
     buf kc[NS], vc[NS];
-    float *kc_c[NS], *vc_c[NS], *kc_g[NS], *vc_g[NS];
+    void *kc_c[NS], *vc_c[NS], *kc_g[NS], *vc_g[NS];
     qseq seqs[NS];
     for (int s = 0; s < NS; s++) {
         const int pos = (s * 37) % 600; /* up to 3 splits of 256 keys */
-        kc[s] = mk_rand((size_t)(pos + 1) * kw, 1.0f);
-        vc[s] = mk_rand((size_t)(pos + 1) * kw, 1.0f);
+        kc[s] = mk_cache((size_t)(pos + 1) * kw, fmt);
+        vc[s] = mk_cache((size_t)(pos + 1) * kw, fmt);
         kc_c[s] = kc[s].c; vc_c[s] = vc[s].c; kc_g[s] = kc[s].g; vc_g[s] = vc[s].g;
         seqs[s] = (qseq){s, 1, pos, 0};
     }
     const float scale = 1.0f / sqrtf((float)D);
-    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, NS, kc_c, vc_c, nq, nkv, D, scale, out.c));
-    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, NS, kc_g, vc_g, nq, nkv, D, scale, out.g));
+    OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, NS, kc_c, vc_c, fmt, nq, nkv, D, scale, out.c));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, NS, kc_g, vc_g, fmt, nq, nkv, D, scale, out.g));
     char name[96];
-    snprintf(name, sizeof name, "decode attn %d seqs (staged) D %d", NS, D);
+    snprintf(name, sizeof name, "decode attn %d seqs (staged) D %d, %s", NS, D, kv_name(fmt));
     expect_close(name, out, 1e-5);
     const int t = 61;
     float *together = malloc(qw * 4), *alone = malloc(qw * 4);
     OK(gpu->ops->download(gpu, together, (float *)out.g + (size_t)t * qw, qw * 4));
-    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &seqs[t], 1, &kc_g[t], &vc_g[t], nq, nkv, D, scale, out.g));
+    OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &seqs[t], 1, &kc_g[t], &vc_g[t], fmt, nq, nkv, D, scale, out.g));
     OK(gpu->ops->download(gpu, alone, (float *)out.g + (size_t)t * qw, qw * 4));
     snprintf(name, sizeof name, "  decode attn seq alone vs %d D %d", NS, D);
     expect_same(name, together, alone, qw * 4);
@@ -208,8 +220,10 @@ static void attention_many_case(int nq, int nkv, int D) {
 }
 
 static void test_many_seqs(void) {
-    attention_many_case(16, 4, 256);
-    attention_many_case(8, 2, 64);
+    attention_many_case(16, 4, 256, QW_F32);
+    attention_many_case(16, 4, 256, QW_BF16); /* 16-byte rows of 8 bf16 */
+    attention_many_case(8, 2, 64, QW_F32);
+    attention_many_case(8, 2, 64, QW_BF16);
     enum { NS = 130 };
     const qgdn_dims d = {2, 4, 64, 64};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, Hv = d.n_v_heads;

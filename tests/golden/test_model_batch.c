@@ -1,9 +1,11 @@
-/* test_model_batch.c: properties of one forward for everything, on a golden fixture model:
+/* test_model_batch.c: properties of one forward for everything, on a golden fixture model, with f32
+ * and with bf16 K/V caches (each group of tests runs once per cache type):
  * - prefill-then-decode equals one whole-sequence pass (logits within 1e-4 relative);
  * - EXACT(chunk): prefill cut into 64-, 128- or 512-row forwards gives bit-identical logits;
  * - EXACT(batch): a stream batched with two others (one prefilling, one decoding) gets bit-identical
  *   logits to the same stream alone;
- * - bad batches (gaps, reordered rows, token out of range) are refused with a message. */
+ * - bad batches (gaps, reordered rows, token out of range) are refused with a message;
+ * - bf16 K/V gives logits close to f32 K/V (the rounding of the cache is all that differs). */
 #include "model_fixture.h"
 
 #include <string.h>
@@ -16,7 +18,7 @@ typedef struct env {
     int V;
 } env;
 
-static int setup(void **state) {
+static int setup(void **state, int kv_bf16) {
     static env e;
     char dir[1024];
     snprintf(dir, sizeof dir, "%s/models/gqa4-v2k", QUILL_FIXTURES);
@@ -29,9 +31,12 @@ static int setup(void **state) {
         return -1;
     }
     e.V = e.m->cfg.vocab_size;
+    e.m->cfg.kv_bf16 = kv_bf16;
     *state = &e;
     return 0;
 }
+static int setup_f32(void **state) { return setup(state, 0); }
+static int setup_bf16(void **state) { return setup(state, 1); }
 
 static int teardown(void **state) {
     env *e = *state;
@@ -166,6 +171,34 @@ static void test_k_rows_equal_k_passes(void **state) {
     free(scratch);
 }
 
+/* The same prompt through f32 and bf16 caches: logits within 1e-2 relative (bf16 keeps 8 bits of each
+ * K/V value; a broken conversion would be far off). Restores the group's cache type. */
+static void test_bf16_kv_close(void **state) {
+    env *e = *state;
+    const int keep = e->m->cfg.kv_bf16;
+    int32_t ids[120];
+    make_prompt(ids, 120, e->V, 13);
+    float *lg[2];
+    for (int t = 0; t < 2; t++) {
+        lg[t] = malloc((size_t)e->V * sizeof *lg[t]);
+        e->m->cfg.kv_bf16 = t;
+        qwen35_state *st = NULL;
+        assert_ok(qwen35_state_create(e->m, 128, &st));
+        assert_ok(prefill(e->m, st, ids, 100, 512, lg[t]));
+        for (int i = 100; i < 120; i++) { /* decode rows read the cache through the decode kernels */
+            qrow r = {.stream = 0, .pos = i, .token = ids[i], .flags = QROW_LOGITS};
+            assert_ok(qwen35_forward(e->m, &r, 1, &st, lg[t]));
+        }
+        qwen35_state_destroy(e->m, st);
+    }
+    e->m->cfg.kv_bf16 = keep;
+    const double err = rel_err(lg[1], lg[0], (size_t)e->V);
+    printf("bf16 vs f32 K/V after 120 tokens: logits rel err %.2e\n", err);
+    assert_true(err > 0 && err <= 1e-2);
+    free(lg[0]);
+    free(lg[1]);
+}
+
 static void test_bad_batches(void **state) {
     env *e = *state;
     qwen35_state *x = NULL;
@@ -193,6 +226,8 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_k_rows_equal_k_passes),
         cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_bf16_kv_close),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    const int f32 = cmocka_run_group_tests_name("f32 K/V", tests, setup_f32, teardown);
+    return f32 + cmocka_run_group_tests_name("bf16 K/V", tests, setup_bf16, teardown);
 }

@@ -9,7 +9,8 @@
  * head) item computes scores s_j = dot(q, k_j) * scale for j = 0..p (cpu_dot), softmax with max
  * subtraction (exp in f32, the sum in double, p_j = e_j / sum in f32), and out = sum_j p_j v_j
  * accumulated in f32 in ascending j.
- * Layout: q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim]; q head h reads kv head
+ * Layout: q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] of f32 or bf16 (rows
+ * rounded to nearest even as they are written, widened as they are read); q head h reads kv head
  * h / (n_q / n_kv). Invariants: all cache writes of the call finish before any read; the caller
  * guarantees every cache holds pos0 + n_rows positions.
  * EXACT(batch): an item's arithmetic depends only on its own q row and its seq's cache, never on the
@@ -74,17 +75,28 @@ typedef struct attn_job {
     const qseq *seqs;
     int n_seqs;
     const int64_t *prefix;
-    float *const *k_cache, *const *v_cache;
+    void *const *k_cache, *const *v_cache;
+    qwfmt kv_fmt;
+    int64_t max_ctx; /* a thread's scratch: max_ctx scores, then two rows of dim floats */
     int n_q, n_kv, dim;
     float scale;
     float *out;
 } attn_job;
 
+/* Element `off` of a cache onwards as dim f32 values: the cache itself (f32) or its bf16 values widened
+ * into buf. */
+static const float *kv_at(const void *cache, qwfmt fmt, int64_t off, int dim, float *buf) {
+    if (fmt == QW_F32) return (const float *)cache + off;
+    const uint16_t *h = (const uint16_t *)cache + off;
+    for (int d = 0; d < dim; d++) buf[d] = cpu_bf16_to_f32(h[d]);
+    return buf;
+}
+
 static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
     const attn_job *j = ctx;
-    float *score = cpu_scratch_at(j->cb, thread_index);
+    float *score = cpu_scratch_at(j->cb, thread_index), *row = score + j->max_ctx;
     const int dim = j->dim, group = j->n_q / j->n_kv;
-    const int64_t kv_row = (int64_t)j->n_kv * dim; /* floats per cache position */
+    const int64_t kv_row = (int64_t)j->n_kv * dim; /* elements per cache position */
     for (int64_t it = begin; it < end; it++) {
         int64_t fi = it / j->n_q;
         int h = (int)(it % j->n_q), kvh = h / group;
@@ -92,10 +104,10 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) 
         const qseq *sq = &j->seqs[s];
         int64_t t = fi - j->prefix[s], r = sq->row0 + t, p = sq->pos0 + t;
         const float *qh = j->q + (r * j->n_q + h) * dim;
-        const float *kc = j->k_cache[s] + kvh * dim, *vc = j->v_cache[s] + kvh * dim;
+        const void *kc = j->k_cache[s], *vc = j->v_cache[s];
         float m = -INFINITY;
         for (int64_t k = 0; k <= p; k++) {
-            score[k] = cpu_dot(qh, kc + k * kv_row, dim) * j->scale;
+            score[k] = cpu_dot(qh, kv_at(kc, j->kv_fmt, k * kv_row + kvh * dim, dim, row), dim) * j->scale;
             if (score[k] > m) m = score[k];
         }
         double sum = 0.0;
@@ -107,17 +119,28 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) 
         float *o = j->out + (r * j->n_q + h) * dim;
         for (int d = 0; d < dim; d++) o[d] = 0.0f;
         for (int64_t k = 0; k <= p; k++) {
-            cpu_axpy(o, score[k] / fsum, vc + k * kv_row, dim);
+            cpu_axpy(o, score[k] / fsum, kv_at(vc, j->kv_fmt, k * kv_row + kvh * dim, dim, row), dim);
         }
     }
 }
 
+/* n values into a cache at element `off`: copied (f32) or rounded to bf16. */
+static void kv_store(void *cache, qwfmt fmt, int64_t off, const float *x, int64_t n) {
+    if (fmt == QW_F32) {
+        memcpy((float *)cache + off, x, (size_t)n * sizeof(float));
+        return;
+    }
+    uint16_t *h = (uint16_t *)cache + off;
+    for (int64_t i = 0; i < n; i++) h[i] = cpu_f32_to_bf16(x[i]);
+}
+
 qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                      int n_seqs, float *const *k_cache, float *const *v_cache, int n_q, int n_kv, int dim,
-                      float scale, float *out) {
+                      int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
+                      int dim, float scale, float *out) {
     if (n_q <= 0 || n_kv <= 0 || dim <= 0 || n_q % n_kv != 0)
         return q_fail(Q_EINVAL, "attention: n_q %d, n_kv %d, dim %d (n_q must be a multiple of n_kv)", n_q,
                       n_kv, dim);
+    if (kv_fmt != QW_F32 && kv_fmt != QW_BF16) return q_fail(Q_EINVAL, "attention: K/V cache format %d", (int)kv_fmt);
     cpu_backend *cb = cpu_impl(be);
     int64_t *prefix;
     if (n_seqs < 0) return q_fail(Q_EINVAL, "attention: n_seqs %d", n_seqs);
@@ -132,17 +155,17 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
         int64_t ctx = (int64_t)seqs[s].pos0 + seqs[s].n_rows;
         if (ctx > max_ctx) max_ctx = ctx;
     }
-    Q_TRY(cpu_scratch_reserve(cb, (size_t)max_ctx));
+    Q_TRY(cpu_scratch_reserve(cb, (size_t)max_ctx + 2 * (size_t)dim));
     /* the new rows go into the caches first: row t of a seq attends to rows 0..t of this call too */
-    const size_t row_bytes = (size_t)n_kv * (size_t)dim * sizeof(float);
+    const int64_t width = (int64_t)n_kv * dim;
     for (int s = 0; s < n_seqs; s++) {
         for (int t = 0; t < seqs[s].n_rows; t++) {
             int64_t r = (int64_t)seqs[s].row0 + t, p = (int64_t)seqs[s].pos0 + t;
-            memcpy(k_cache[s] + p * n_kv * dim, k + r * n_kv * dim, row_bytes);
-            memcpy(v_cache[s] + p * n_kv * dim, v + r * n_kv * dim, row_bytes);
+            kv_store(k_cache[s], kv_fmt, p * width, k + r * width, width);
+            kv_store(v_cache[s], kv_fmt, p * width, v + r * width, width);
         }
     }
-    attn_job job = {cb, q, seqs, n_seqs, prefix, k_cache, v_cache, n_q, n_kv, dim, scale, out};
+    attn_job job = {cb, q, seqs, n_seqs, prefix, k_cache, v_cache, kv_fmt, max_ctx, n_q, n_kv, dim, scale, out};
     int64_t per_item = max_ctx * dim;
     q_parallel_for(cb->pool, total * n_q, per_item >= 16384 ? 1 : 16384 / per_item + 1, attn_range, &job);
     return Q_OK;

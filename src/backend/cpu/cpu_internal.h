@@ -117,6 +117,14 @@ static inline uint16_t cpu_load_u16(const void *p) {
     return v;
 }
 static inline float cpu_bf16_to_f32(uint16_t h) { return cpu_bits_to_f32((uint32_t)h << 16); }
+/* f32 -> bf16, round to nearest even; a NaN becomes the canonical quiet NaN (as CUDA's
+ * __float2bfloat16_rn), so both backends store the same bits. */
+static inline uint16_t cpu_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 /* IEEE binary16 -> binary32, exact for every input (subnormals, inf, nan payloads). */
 float cpu_f16_to_f32(uint16_t h);
 
@@ -138,7 +146,7 @@ qstatus cpu_gated_rmsnorm(qbackend *be, const float *x, const float *z, const fl
 qstatus cpu_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,
                  const int32_t *pos, float theta);
 qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                      int n_seqs, float *const *k_cache, float *const *v_cache, int n_q, int n_kv,
+                      int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
                       int dim, float scale, float *out);
 qstatus cpu_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
                         int dim);

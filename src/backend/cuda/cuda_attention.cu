@@ -1,5 +1,6 @@
 /* cuda_attention.cu: partial NeoX RoPE, and causal GQA attention over a stream's K/V cache.
- * Layouts (backend.h): q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] f32.
+ * Layouts (backend.h): q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] of f32 or
+ * bf16 (cuda_kv.cuh: every kernel that touches a cache is a template on its element type T).
  * Decode rows: see attention_decode_rows (one launch for all streams, keys split by position).
  * Prompt seqs: a kernel writes the seq's new k/v rows into its caches, then the tensor-core flash
  * kernel (cuda_flash_prefill.cu) runs where it supports the shape; elsewhere one block per
@@ -9,8 +10,8 @@
  * query and its stream's cache. Requires dim % 32 == 0 and dim <= 32 * ATT_MAX_PER_LANE.
  * Floor: decode rows read the stream's K/V bytes once (GQA-packed: a block serves the query heads
  * of one kv head); the prompt path's flash kernel packs them too. */
-#include "cuda_common.cuh"
 #include "cuda_flash_prefill.h"
+#include "cuda_kv.cuh"
 
 #define ATT_WARPS 4
 #define ATT_MAX_PER_LANE 8 /* dim <= 256 */
@@ -49,15 +50,16 @@ qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int 
     return Q_OK;
 }
 
+template <typename T>
 __global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v, int row0, int pos0,
-                                int width, float *kc, float *vc) {
+                                int width, T *kc, T *vc) {
     cu_pdl_enter();
     const int r = blockIdx.x;
     const float *ks = k + (int64_t)(row0 + r) * width, *vs = v + (int64_t)(row0 + r) * width;
-    float *kd = kc + (int64_t)(pos0 + r) * width, *vd = vc + (int64_t)(pos0 + r) * width;
+    T *kd = kc + (int64_t)(pos0 + r) * width, *vd = vc + (int64_t)(pos0 + r) * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        kd[i] = ks[i];
-        vd[i] = vs[i];
+        kv_put(kd + i, ks[i]);
+        kv_put(vd + i, vs[i]);
     }
 }
 
@@ -65,8 +67,9 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
  * head kvh: warp w takes keys start + w, start + w + ATT_WARPS, ... with an online softmax (running
  * max m, sum l, and a dim-vector held dim/32 per lane); the warps' results merge in warp order.
  * Writes out[i] = sum_j e^(s_j - M) v_j[i], divided by L when normalise; ml (if not NULL) gets (M, L). */
-__device__ void block_attend(const float *__restrict__ qr, const float *__restrict__ kc,
-                             const float *__restrict__ vc, int start, int end, int n_kv, int kvh, int dim,
+template <typename T>
+__device__ void block_attend(const float *__restrict__ qr, const T *__restrict__ kc,
+                             const T *__restrict__ vc, int start, int end, int n_kv, int kvh, int dim,
                              float scale, bool normalise, float *__restrict__ out, float *__restrict__ ml) {
     __shared__ float part_m[ATT_WARPS], part_l[ATT_WARPS];
     __shared__ float part_acc[ATT_WARPS][ATT_MAX_PER_LANE * 32];
@@ -79,19 +82,19 @@ __device__ void block_attend(const float *__restrict__ qr, const float *__restri
     }
     float m = -INFINITY, l = 0.0f;
     for (int j = start + warp; j < end; j += ATT_WARPS) {
-        const float *kj = kc + ((int64_t)j * n_kv + kvh) * dim;
+        const T *kj = kc + ((int64_t)j * n_kv + kvh) * dim;
         float d = 0.0f;
 #pragma unroll
         for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) d = fmaf(qv[c], kj[lane + 32 * c], d);
+            if (c < per) d = fmaf(qv[c], kv_get(kj + lane + 32 * c), d);
         const float s = warp_sum(d) * scale;
         const float m_new = fmaxf(m, s);
         const float corr = expf(m - m_new), e = expf(s - m_new);
         l = l * corr + e;
-        const float *vj = vc + ((int64_t)j * n_kv + kvh) * dim;
+        const T *vj = vc + ((int64_t)j * n_kv + kvh) * dim;
 #pragma unroll
         for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) acc[c] = acc[c] * corr + e * vj[lane + 32 * c];
+            if (c < per) acc[c] = acc[c] * corr + e * kv_get(vj + lane + 32 * c);
         m = m_new;
     }
     if (lane == 0) {
@@ -117,9 +120,10 @@ __device__ void block_attend(const float *__restrict__ qr, const float *__restri
     }
 }
 
+template <typename T>
 __global__ void __launch_bounds__(ATT_WARPS * 32)
-attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *__restrict__ kc,
-                 const float *__restrict__ vc, int n_q, int n_kv, int dim, float scale, float *__restrict__ out) {
+attention_kernel(const float *__restrict__ q, int row0, int pos0, const T *__restrict__ kc,
+                 const T *__restrict__ vc, int n_q, int n_kv, int dim, float scale, float *__restrict__ out) {
     cu_pdl_enter();
     const int r = blockIdx.x, h = blockIdx.y;
     const int64_t at = ((int64_t)(row0 + r) * n_q + h) * dim;
@@ -134,18 +138,20 @@ attention_kernel(const float *__restrict__ q, int row0, int pos0, const float *_
 #define ATT_SPLIT 256
 
 typedef struct att_row {
-    float *kc, *vc; /* the row's stream caches */
+    void *kc, *vc;  /* the row's stream caches */
     int pos;        /* the row's position */
     int row;        /* its index in the batch */
 } att_row;
 
+template <typename T>
 __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *__restrict__ v,
                                      const __grid_constant__ cu_tab rows, int width) {
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
+    T *kc = (T *)rw.kc + (int64_t)rw.pos * width, *vc = (T *)rw.vc + (int64_t)rw.pos * width;
     for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        rw.kc[(int64_t)rw.pos * width + i] = k[(int64_t)rw.row * width + i];
-        rw.vc[(int64_t)rw.pos * width + i] = v[(int64_t)rw.row * width + i];
+        kv_put(kc + i, k[(int64_t)rw.row * width + i]);
+        kv_put(vc + i, v[(int64_t)rw.row * width + i]);
     }
 }
 
@@ -153,30 +159,61 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
  * GQA-packed: a block takes up to ATT_GROUP query heads that share one kv head (grid.y = kv head x
  * groups of ATT_GROUP), so each key and value row is read once for all of them; warp w takes keys
  * start + w, start + w + ATT_SPLIT_WARPS, ... with an online softmax per head, and the warps' results merge
- * in warp order. A lane holds dim/32 elements of each row: with VEC = 4 (dim % 128 == 0) four adjacent ones
- * per 128 (one 16-byte load), else every 32nd. The next key's K and V rows load while the current key is
- * used, and the 4 heads' dot products reduce over the warp together (att_dot4: 10 shuffles, not 20). The
- * queries sit in shared memory: in registers they left no room for the rows in flight. */
+ * in warp order. A lane holds dim/32 elements of each row: with VEC = 16 / sizeof(T) (4 f32 or 8 bf16, when
+ * dim % (32 VEC) == 0) VEC adjacent ones per 32 VEC (one 16-byte load), else every 32nd. The K and V rows of
+ * the warp's next two keys load while the current key is used (raw, widened at use: half-width bf16 rows
+ * need twice the keys in flight for the same bytes), and the 4 heads' dot products reduce over the warp
+ * together (att_dot4: 10 shuffles, not 20). The queries sit in shared memory: in registers they left no
+ * room for the rows in flight. */
 #define ATT_GROUP 4
 #define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
+#ifndef ATT_BF16_AHEAD
+#define ATT_BF16_AHEAD 2 /* keys a warp has in flight with a bf16 cache (1 or 2; f32 always 1) */
+#endif
 
 /* Element c of a lane's share of a row. */
 template <int VEC> __device__ __forceinline__ int att_elem(int c, int lane) {
-    return VEC == 4 ? 128 * (c >> 2) + 4 * lane + (c & 3) : 32 * c + lane;
+    return 32 * VEC * (c / VEC) + VEC * lane + c % VEC;
 }
 
-template <int VEC>
-__device__ __forceinline__ void att_row_load(float (&r)[ATT_MAX_PER_LANE], const float *__restrict__ p, int lane,
-                                             int per) {
-    if constexpr (VEC == 4) {
+/* A lane's share of one K or V row as loaded (per / VEC 16-byte chunks when VEC > 1, else per elements
+ * of T), widened to f32 only where it is used: a load of a row ahead never makes the warp wait. */
+template <int VEC, typename T> struct att_slot {
+    uint4 ch[VEC > 1 ? ATT_MAX_PER_LANE / VEC : 1];
+    T e[VEC > 1 ? 1 : ATT_MAX_PER_LANE];
+};
+
+template <int VEC, typename T>
+__device__ __forceinline__ void att_slot_load(att_slot<VEC, T> &r, const T *__restrict__ p, int lane, int per) {
+    if constexpr (VEC > 1) {
 #pragma unroll
-        for (int c4 = 0; c4 < ATT_MAX_PER_LANE / 4; c4++) {
-            const float4 t = 4 * c4 < per ? __ldg((const float4 *)(p + 128 * c4 + 4 * lane)) : make_float4(0, 0, 0, 0);
-            r[4 * c4] = t.x, r[4 * c4 + 1] = t.y, r[4 * c4 + 2] = t.z, r[4 * c4 + 3] = t.w;
+        for (int cv = 0; cv < ATT_MAX_PER_LANE / VEC; cv++)
+            if (VEC * cv < per) r.ch[cv] = __ldg((const uint4 *)(p + 32 * VEC * cv + VEC * lane));
+    } else {
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+            if (c < per) r.e[c] = p[32 * c + lane];
+    }
+}
+
+template <int VEC, typename T>
+__device__ __forceinline__ void att_slot_get(const att_slot<VEC, T> &r, float (&x)[ATT_MAX_PER_LANE], int per) {
+    if constexpr (VEC > 1) {
+#pragma unroll
+        for (int cv = 0; cv < ATT_MAX_PER_LANE / VEC; cv++) {
+            const uint32_t w[4] = {r.ch[cv].x, r.ch[cv].y, r.ch[cv].z, r.ch[cv].w};
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                if (sizeof(T) == 4) x[VEC * cv + i] = VEC * cv < per ? __uint_as_float(w[i]) : 0.0f;
+                else {
+                    x[VEC * cv + 2 * i] = VEC * cv < per ? __uint_as_float(w[i] << 16) : 0.0f;
+                    x[VEC * cv + 2 * i + 1] = VEC * cv < per ? __uint_as_float(w[i] & 0xffff0000u) : 0.0f;
+                }
+            }
         }
     } else {
 #pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++) r[c] = c < per ? __ldg(p + 32 * c + lane) : 0.0f;
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) x[c] = c < per ? kv_widen(r.e[c]) : 0.0f;
     }
 }
 
@@ -232,7 +269,7 @@ __device__ __forceinline__ void att_accumulate(const float (&d)[ATT_GROUP], cons
     }
 }
 
-template <int VEC>
+template <int VEC, typename T>
 __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32, 2)
 attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_tab rows, int n_q, int n_kv, int dim,
                        float scale, int max_splits, float *__restrict__ part) {
@@ -262,18 +299,32 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     }
     __syncthreads();
     const int64_t kstride = (int64_t)n_kv * dim;
-    const float *kc = rw.kc + (int64_t)kvh * dim, *vc = rw.vc + (int64_t)kvh * dim;
-    /* Key j's rows are in kr, vr; each row's registers take the next key's row (j + W) as soon as key j is
-     * done with them: K after the scores, V after the accumulation. */
-    float kr[ATT_MAX_PER_LANE], vr[ATT_MAX_PER_LANE], d[ATT_GROUP];
+    const T *kc = (const T *)rw.kc + (int64_t)kvh * dim, *vc = (const T *)rw.vc + (int64_t)kvh * dim;
+    /* A keys ahead in a ring of A slots per row (A = 2 for bf16: half-width rows need twice the keys in
+     * flight; 1 for f32, whose registers would not hold two): key j's rows sit in slot
+     * ((j - start - warp) / W) % A, and a slot takes the key A ahead as soon as key j is done with it. */
+    constexpr int A = sizeof(T) == 2 ? ATT_BF16_AHEAD : 1;
+    att_slot<VEC, T> ks[A], vs[A];
     int j = start + warp;
-    if (j < end) att_row_load<VEC>(kr, kc + j * kstride, lane, per), att_row_load<VEC>(vr, vc + j * kstride, lane, per);
-    for (; j < end; j += ATT_SPLIT_WARPS) {
-        const int jn = j + ATT_SPLIT_WARPS;
-        att_scores(sq, kr, per, lane, d);
-        if (jn < end) att_row_load<VEC>(kr, kc + jn * kstride, lane, per);
-        att_accumulate(d, vr, scale, per, acc, m, l);
-        if (jn < end) att_row_load<VEC>(vr, vc + jn * kstride, lane, per);
+#pragma unroll
+    for (int a = 0; a < A; a++)
+        if (j + a * ATT_SPLIT_WARPS < end) {
+            att_slot_load(ks[a], kc + (j + a * ATT_SPLIT_WARPS) * kstride, lane, per);
+            att_slot_load(vs[a], vc + (j + a * ATT_SPLIT_WARPS) * kstride, lane, per);
+        }
+    for (; j < end; j += A * ATT_SPLIT_WARPS) {
+#pragma unroll
+        for (int a = 0; a < A; a++) {
+            const int jk = j + a * ATT_SPLIT_WARPS, jn = jk + A * ATT_SPLIT_WARPS;
+            if (a && jk >= end) break;
+            float r[ATT_MAX_PER_LANE], d[ATT_GROUP];
+            att_slot_get(ks[a], r, per);
+            att_scores(sq, r, per, lane, d);
+            if (jn < end) att_slot_load(ks[a], kc + jn * kstride, lane, per);
+            att_slot_get(vs[a], r, per);
+            att_accumulate(d, r, scale, per, acc, m, l);
+            if (jn < end) att_slot_load(vs[a], vc + jn * kstride, lane, per);
+        }
     }
 #pragma unroll
     for (int hh = 0; hh < ATT_GROUP; hh++) {
@@ -333,9 +384,16 @@ __global__ void attention_combine_kernel(const __grid_constant__ cu_tab rows, in
     }
 }
 
+/* The split kernel for element type T: 16-byte row loads where dim allows (att_row_load). */
+template <typename T> static void (*att_split_for(int dim))(const float *, const cu_tab, int, int, int, float, int, float *) {
+    constexpr int V = 16 / sizeof(T);
+    return dim % (32 * V) == 0 ? attention_split_kernel<V, T> : attention_split_kernel<1, T>;
+}
+
+template <typename T>
 static qstatus attention_decode_rows(qbackend *be, const float *q, const float *k, const float *v,
-                                     const qseq *seqs, int n_seqs, float *const *k_cache,
-                                     float *const *v_cache, int n_q, int n_kv, int dim, float scale,
+                                     const qseq *seqs, int n_seqs, void *const *k_cache,
+                                     void *const *v_cache, int n_q, int n_kv, int dim, float scale,
                                      float *out) {
     int n_rows = 0, max_pos = 0;
     for (int s = 0; s < n_seqs; s++)
@@ -361,10 +419,10 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
         return q_fail(Q_EINVAL, "cuda attention: position %d is past the decode kernel's %d", max_pos, 6000 * ATT_SPLIT);
     float *part = NULL;
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
-    CU_TRY(cu_launch(kv_write_rows_kernel, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
+    CU_TRY(cu_launch(kv_write_rows_kernel<T>, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
            "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
-    CU_TRY(cu_launch(dim % 128 == 0 ? attention_split_kernel<4> : attention_split_kernel<1>,
+    CU_TRY(cu_launch(att_split_for<T>(dim),
                      dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits),
                      ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim, scale,
                      max_splits, part),
@@ -376,27 +434,39 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     return Q_OK;
 }
 
-qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                       int n_seqs, float *const *k_cache, float *const *v_cache, int n_q, int n_kv, int dim,
-                       float scale, float *out) {
-    if (dim % 32 || dim > 32 * ATT_MAX_PER_LANE || n_kv <= 0 || n_q % n_kv)
-        return q_fail(Q_EINVAL, "cuda attention: dim %d, heads %d/%d not supported", dim, n_q, n_kv);
-    Q_TRY(attention_decode_rows(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out));
+template <typename T>
+static qstatus attention_typed(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                               int n_seqs, void *const *k_cache, void *const *v_cache, int n_q, int n_kv, int dim,
+                               float scale, float *out) {
+    Q_TRY(attention_decode_rows<T>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out));
     for (int s = 0; s < n_seqs; s++) { /* prompt seqs: the K/V write, then one attention launch each */
         const qseq *sq = &seqs[s];
         if (sq->n_rows <= 0 || !sq->chunked) continue;
-        CU_TRY(cu_launch(kv_write_kernel, sq->n_rows, 256, 0, cu_stream(be), k, v, sq->row0, sq->pos0, n_kv * dim,
-                         k_cache[s], v_cache[s]),
+        T *kc = (T *)k_cache[s], *vc = (T *)v_cache[s];
+        CU_TRY(cu_launch(kv_write_kernel<T>, sq->n_rows, 256, 0, cu_stream(be), k, v, sq->row0, sq->pos0, n_kv * dim,
+                         kc, vc),
                "attention kv write");
         if (cuda_flash_supported(n_q, n_kv, dim)) { /* tensor cores, GQA-packed (cuda_flash_prefill.cu) */
-            Q_TRY(cuda_flash_prefill(be, q, sq->row0, sq->n_rows, sq->pos0, k_cache[s], v_cache[s], n_q, n_kv, dim,
-                                     scale, cuda_flash_precision(), out));
+            Q_TRY(cuda_flash_prefill(be, q, sq->row0, sq->n_rows, sq->pos0, kc, vc, sizeof(T) == 2 ? QW_BF16 : QW_F32,
+                                     n_q, n_kv, dim, scale, cuda_flash_precision(), out));
             continue;
         }
         dim3 grid((unsigned)sq->n_rows, (unsigned)n_q); /* other shapes: a block per (row, head) */
-        CU_TRY(cu_launch(attention_kernel, grid, ATT_WARPS * 32, 0, cu_stream(be), q, sq->row0, sq->pos0, k_cache[s],
-                         v_cache[s], n_q, n_kv, dim, scale, out),
+        CU_TRY(cu_launch(attention_kernel<T>, grid, ATT_WARPS * 32, 0, cu_stream(be), q, sq->row0, sq->pos0,
+                         (const T *)kc, (const T *)vc, n_q, n_kv, dim, scale, out),
                "attention");
     }
     return Q_OK;
+}
+
+qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                       int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
+                       int dim, float scale, float *out) {
+    if (dim % 32 || dim > 32 * ATT_MAX_PER_LANE || n_kv <= 0 || n_q % n_kv)
+        return q_fail(Q_EINVAL, "cuda attention: dim %d, heads %d/%d not supported", dim, n_q, n_kv);
+    if (kv_fmt == QW_F32)
+        return attention_typed<float>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
+    if (kv_fmt == QW_BF16)
+        return attention_typed<kv_bf16>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
+    return q_fail(Q_EINVAL, "cuda attention: K/V cache format %d", (int)kv_fmt);
 }

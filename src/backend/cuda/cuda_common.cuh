@@ -222,7 +222,7 @@ qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const f
 qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,
                   const int32_t *pos, float theta);
 qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                       int n_seqs, float *const *k_cache, float *const *v_cache, int n_q, int n_kv,
+                       int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
                        int dim, float scale, float *out);
 qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
                          int dim);

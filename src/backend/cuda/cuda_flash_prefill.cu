@@ -6,7 +6,7 @@
  * r = t * G + g: position t of the tile, head kvh * G + g), so each K/V tile is read once for all of
  * them. Warp w owns packed rows 16w..16w+15 and holds their output (16 x dim f32) in registers.
  * Keys go in tiles of FA_BN = 32 positions aligned to absolute multiples of 32, in increasing order
- * from position 0, through shared memory: the f32 cache rows are loaded into registers one stage
+ * from position 0, through shared memory: the cache rows (f32 or bf16) are loaded into registers one stage
  * ahead (V while S = Q K^T runs, the next K while O += P V runs), converted to bf16 (and, in split
  * mode, the bf16 remainder), and stored swizzled for ldmatrix. S and P V are mma.sync m16n8k16 bf16
  * with f32 accumulators; the softmax is online, in f32, per row, scores in log2 units.
@@ -35,8 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda_common.cuh"
 #include "cuda_flash_prefill.h"
+#include "cuda_kv.cuh"
 
 #define FA_BM 128 /* packed query rows per CTA */
 #define FA_BN 32  /* key positions per tile */
@@ -112,18 +112,21 @@ __device__ __forceinline__ void fa_store8(unsigned char *hi, unsigned char *lo, 
     }
 }
 
-/* Loads this thread's chunks of the key tile at key0 (positions >= end read as zeros). */
-template <int D>
-__device__ __forceinline__ void fa_load_tile(const float *__restrict__ base, int key0, int end, int n_kv, int kvh,
+/* Loads this thread's chunks of the key tile at key0 (positions >= end read as zeros) as f32. */
+template <int D, typename T>
+__device__ __forceinline__ void fa_load_tile(const T *__restrict__ base, int key0, int end, int n_kv, int kvh,
                                              float4 *st) {
     constexpr int CH = D / 8, CHT = FA_BN * CH / FA_THREADS;
 #pragma unroll
     for (int i = 0; i < CHT; i++) {
         const int c = threadIdx.x + FA_THREADS * i, r = c / CH, cc = c % CH, key = key0 + r;
         if (key < end) {
-            const float4 *p = (const float4 *)(base + ((int64_t)key * n_kv + kvh) * D + cc * 8);
-            st[2 * i] = __ldg(p);
-            st[2 * i + 1] = __ldg(p + 1);
+            const T *p = base + ((int64_t)key * n_kv + kvh) * D + cc * 8;
+            float e[8];
+            kv_get16(p, e);
+            if constexpr (sizeof(T) == 4) kv_get16(p + 4, e + 4);
+            st[2 * i] = make_float4(e[0], e[1], e[2], e[3]);
+            st[2 * i + 1] = make_float4(e[4], e[5], e[6], e[7]);
         } else {
             st[2 * i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             st[2 * i + 1] = st[2 * i];
@@ -141,10 +144,10 @@ __device__ __forceinline__ void fa_store_tile(unsigned char *hi, unsigned char *
     }
 }
 
-template <int D, bool SPLIT>
+template <int D, bool SPLIT, typename T>
 __global__ void __launch_bounds__(FA_THREADS, 1)
-flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0, const float *__restrict__ kc,
-                     const float *__restrict__ vc, int n_q, int n_kv, int G, int P, int n_qt, float sl2,
+flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0, const T *__restrict__ kc,
+                     const T *__restrict__ vc, int n_q, int n_kv, int G, int P, int n_qt, float sl2,
                      float *__restrict__ out) {
     constexpr int CH = D / 8, CHT = FA_BN * CH / FA_THREADS, NT = D / 8, SN = FA_BN / 8;
     constexpr int QB = FA_BM * D * 2, KB = FA_BN * D * 2, PARTS = SPLIT ? 2 : 1;
@@ -348,38 +351,46 @@ extern "C" int cuda_flash_supported(int n_q, int n_kv, int dim) {
     return fa_smem_bytes(dim, cuda_flash_precision()) <= (size_t)optin;
 }
 
-template <int D, bool SPLIT>
-static qstatus fa_launch(qbackend *be, const float *q, int row0, int n_rows, int pos0, const float *kc,
-                         const float *vc, int n_q, int n_kv, float scale, float *out) {
+template <int D, bool SPLIT, typename T>
+static qstatus fa_launch(qbackend *be, const float *q, int row0, int n_rows, int pos0, const void *kc,
+                         const void *vc, int n_q, int n_kv, float scale, float *out) {
     const size_t smem = fa_smem_bytes(D, SPLIT ? FLASH_SPLIT : FLASH_BF16);
     /* every call (per device, cheap): more than 48 KiB of dynamic shared memory needs the opt-in */
-    CU_TRY(cudaFuncSetAttribute(flash_prefill_kernel<D, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_TRY(cudaFuncSetAttribute(flash_prefill_kernel<D, SPLIT, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)smem),
            "flash prefill attention: shared memory");
     const int G = n_q / n_kv, P = FA_BM / G, n_qt = (n_rows + P - 1) / P;
     const int64_t blocks = (int64_t)n_qt * n_kv;
     if (blocks > INT_MAX) return q_fail(Q_EINVAL, "flash prefill attention: %d rows", n_rows);
     const float sl2 = scale * 1.4426950408889634f; /* scores in log2 units: exp(x) = exp2(x log2 e) */
-    flash_prefill_kernel<D, SPLIT><<<(unsigned)blocks, FA_THREADS, smem, cu_stream(be)>>>(
-        q, row0, n_rows, pos0, kc, vc, n_q, n_kv, G, P, n_qt, sl2, out);
+    flash_prefill_kernel<D, SPLIT, T><<<(unsigned)blocks, FA_THREADS, smem, cu_stream(be)>>>(
+        q, row0, n_rows, pos0, (const T *)kc, (const T *)vc, n_q, n_kv, G, P, n_qt, sl2, out);
     CU_LAUNCHED("flash prefill attention");
     return Q_OK;
 }
 
+template <typename T>
+static qstatus fa_dispatch(qbackend *be, const float *q, int row0, int n_rows, int pos0, const void *kc,
+                           const void *vc, int n_q, int n_kv, int dim, float scale, bool split, float *out) {
+    switch (dim) {
+    case 64: return split ? fa_launch<64, true, T>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out)
+                          : fa_launch<64, false, T>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
+    case 128: return split ? fa_launch<128, true, T>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out)
+                           : fa_launch<128, false, T>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
+    case 256: return split ? fa_launch<256, true, T>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out)
+                           : fa_launch<256, false, T>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
+    default: return q_fail(Q_EUNSUPPORTED, "flash prefill attention: dim %d", dim);
+    }
+}
+
 extern "C" qstatus cuda_flash_prefill(qbackend *be, const float *q, int row0, int n_rows, int pos0,
-                                      const float *kc, const float *vc, int n_q, int n_kv, int dim, float scale,
-                                      int precision, float *out) {
+                                      const void *kc, const void *vc, qwfmt kv_fmt, int n_q, int n_kv, int dim,
+                                      float scale, int precision, float *out) {
     if (n_rows <= 0) return Q_OK;
     if (n_kv <= 0 || n_q % n_kv || n_q / n_kv > FA_BM)
         return q_fail(Q_EINVAL, "flash prefill attention: heads %d/%d", n_q, n_kv);
     const bool split = precision == FLASH_SPLIT;
-    switch (dim) {
-    case 64: return split ? fa_launch<64, true>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out)
-                          : fa_launch<64, false>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
-    case 128: return split ? fa_launch<128, true>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out)
-                           : fa_launch<128, false>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
-    case 256: return split ? fa_launch<256, true>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out)
-                           : fa_launch<256, false>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
-    default: return q_fail(Q_EUNSUPPORTED, "flash prefill attention: dim %d", dim);
-    }
+    if (kv_fmt == QW_BF16)
+        return fa_dispatch<kv_bf16>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, dim, scale, split, out);
+    return fa_dispatch<float>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, dim, scale, split, out);
 }

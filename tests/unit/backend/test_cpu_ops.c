@@ -1,7 +1,7 @@
-/* test_cpu_ops.c: the CPU backend's memory, formats, matmul/embed, norms, elementwise ops, RoPE and
- * attention, each against a naive reference written here (double where it helps), plus the
- * EXACT(batch) checks: a row alone vs among 3 or 64 rows, a seq alone vs with two others, and a pool of
- * 1 vs 2 threads, all bit-identical. The gated delta rule and conv are in test_cpu_gdn.c. */
+/* test_cpu_ops.c: the CPU backend's memory, formats, matmul/embed, norms, elementwise ops and RoPE,
+ * each against a naive reference written here (double where it helps), plus the EXACT(batch) checks:
+ * a row alone vs among 3 or 64 rows and a pool of 1 vs 2 threads, all bit-identical. Attention is in
+ * test_cpu_attention.c, the gated delta rule and conv in test_cpu_gdn.c. */
 #include <math.h>
 #include <stdio.h>
 
@@ -303,11 +303,6 @@ static void test_bad_arguments(void **state) {
     int32_t pos = 0;
     assert_int_equal(be->ops->rope(be, x, 1, 1, 8, 5, &pos, 1e4f), Q_EINVAL);
     assert_int_equal(be->ops->rope(be, x, 1, 1, 8, 10, &pos, 1e4f), Q_EINVAL);
-    qseq sq = {0, 1, 0, 0};
-    float *kc[1] = {y}, *vc[1] = {y};
-    assert_int_equal(be->ops->attention(be, x, x, x, &sq, 1, kc, vc, 3, 2, 8, 1.0f, y), Q_EINVAL);
-    sq.n_rows = -1;
-    assert_int_equal(be->ops->attention(be, x, x, x, &sq, 1, kc, vc, 2, 2, 8, 1.0f, y), Q_EINVAL);
     assert_int_equal(be->ops->rmsnorm(be, x, 8, x, 2, 0, 1e-6f, y, 8), Q_EINVAL);
     assert_int_equal(be->ops->rmsnorm(be, x, 4, x, 2, 8, 1e-6f, y, 8), Q_EINVAL);
     be->ops->destroy(be);
@@ -423,110 +418,6 @@ static void test_rope(void **state) {
     be->ops->destroy(be);
 }
 
-/* ---- attention -------------------------------------------------------------------------------- */
-
-enum { A_NQ = 4, A_NKV = 2, A_DIM = 20, A_CTX = 16, A_NS = 3, A_ROWS = 10 };
-static const qseq a_seqs[A_NS] = {{0, 5, 0, 0}, {5, 1, 7, 0}, {6, 4, 3, 0}};
-
-typedef struct attn_case {
-    float *q, *k, *v, *out;
-    float *kc[A_NS], *vc[A_NS];
-} attn_case;
-
-static void attn_case_make(trng *r, attn_case *c) {
-    c->q = tfloats(A_ROWS * A_NQ * A_DIM);
-    c->k = tfloats(A_ROWS * A_NKV * A_DIM);
-    c->v = tfloats(A_ROWS * A_NKV * A_DIM);
-    c->out = tfloats(A_ROWS * A_NQ * A_DIM);
-    trng_fill(r, c->q, A_ROWS * A_NQ * A_DIM, -1, 1);
-    trng_fill(r, c->k, A_ROWS * A_NKV * A_DIM, -1, 1);
-    trng_fill(r, c->v, A_ROWS * A_NKV * A_DIM, -1, 1);
-    for (int s = 0; s < A_NS; s++) { /* history and garbage beyond it */
-        c->kc[s] = tfloats(A_CTX * A_NKV * A_DIM);
-        c->vc[s] = tfloats(A_CTX * A_NKV * A_DIM);
-        trng_fill(r, c->kc[s], A_CTX * A_NKV * A_DIM, -1, 1);
-        trng_fill(r, c->vc[s], A_CTX * A_NKV * A_DIM, -1, 1);
-    }
-}
-
-static void attn_case_free(attn_case *c) {
-    free(c->q); free(c->k); free(c->v); free(c->out);
-    for (int s = 0; s < A_NS; s++) { free(c->kc[s]); free(c->vc[s]); }
-}
-
-static void test_attention(void **state) {
-    (void)state;
-    qbackend *be = tbackend(2);
-    trng r = {8};
-    attn_case c;
-    attn_case_make(&r, &c);
-    const int kvr = A_NKV * A_DIM;
-    float scale = 1.0f / sqrtf((float)A_DIM);
-    assert_ok(be->ops->attention(be, c.q, c.k, c.v, a_seqs, A_NS, c.kc, c.vc, A_NQ, A_NKV, A_DIM, scale, c.out));
-    double *want = tcalloc(A_DIM, sizeof(double));
-    for (int s = 0; s < A_NS; s++)
-        for (int t = 0; t < a_seqs[s].n_rows; t++) {
-            int row = a_seqs[s].row0 + t, p = a_seqs[s].pos0 + t;
-            assert_bits_equal(c.kc[s] + p * kvr, c.k + row * kvr, kvr);
-            assert_bits_equal(c.vc[s] + p * kvr, c.v + row * kvr, kvr);
-            for (int h = 0; h < A_NQ; h++) {
-                int g = h / (A_NQ / A_NKV);
-                const float *qh = c.q + (row * A_NQ + h) * A_DIM;
-                double sc[A_CTX], m = -INFINITY, sum = 0;
-                for (int j = 0; j <= p; j++) {
-                    double d = 0;
-                    for (int i = 0; i < A_DIM; i++) d += (double)qh[i] * c.kc[s][j * kvr + g * A_DIM + i];
-                    sc[j] = d * scale;
-                    if (sc[j] > m) m = sc[j];
-                }
-                for (int j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - m));
-                for (int i = 0; i < A_DIM; i++) want[i] = 0;
-                for (int j = 0; j <= p; j++)
-                    for (int i = 0; i < A_DIM; i++) want[i] += sc[j] / sum * c.vc[s][j * kvr + g * A_DIM + i];
-                double err = tmax_diff(c.out + (row * A_NQ + h) * A_DIM, want, A_DIM, NULL);
-                if (!(err < 1e-5)) fail_msg("attention seq %d row %d head %d: err %g", s, t, h, err);
-            }
-        }
-    /* an empty seq (no cache) in the middle of the list changes nothing */
-    const qseq with_empty[4] = {a_seqs[0], {5, 0, 0, 0}, a_seqs[1], a_seqs[2]};
-    float *kc4[4] = {c.kc[0], NULL, c.kc[1], c.kc[2]}, *vc4[4] = {c.vc[0], NULL, c.vc[1], c.vc[2]};
-    float *out2 = tfloats(A_ROWS * A_NQ * A_DIM);
-    assert_ok(be->ops->attention(be, c.q, c.k, c.v, with_empty, 4, kc4, vc4, A_NQ, A_NKV, A_DIM, scale, out2));
-    assert_bits_equal(out2, c.out, A_ROWS * A_NQ * A_DIM);
-    free(out2);
-    free(want);
-    attn_case_free(&c);
-    be->ops->destroy(be);
-}
-
-/* seq s run alone (its rows at row 0) gives the same bits as inside the 3-seq call */
-static void test_attention_batch_invariant(void **state) {
-    (void)state;
-    qbackend *be = tbackend(2);
-    float scale = 0.25f;
-    for (int s = 0; s < A_NS; s++) {
-        trng r = {9};
-        attn_case all, one;
-        attn_case_make(&r, &all);
-        r.s = 9;
-        attn_case_make(&r, &one);
-        assert_ok(be->ops->attention(be, all.q, all.k, all.v, a_seqs, A_NS, all.kc, all.vc, A_NQ, A_NKV, A_DIM,
-                                     scale, all.out));
-        qseq alone = a_seqs[s];
-        int row0 = alone.row0, n = alone.n_rows;
-        alone.row0 = 0;
-        assert_ok(be->ops->attention(be, one.q + row0 * A_NQ * A_DIM, one.k + row0 * A_NKV * A_DIM,
-                                     one.v + row0 * A_NKV * A_DIM, &alone, 1, one.kc + s, one.vc + s, A_NQ,
-                                     A_NKV, A_DIM, scale, one.out));
-        assert_bits_equal(one.out, all.out + row0 * A_NQ * A_DIM, n * A_NQ * A_DIM);
-        assert_bits_equal(one.kc[s], all.kc[s], A_CTX * A_NKV * A_DIM);
-        assert_bits_equal(one.vc[s], all.vc[s], A_CTX * A_NKV * A_DIM);
-        attn_case_free(&all);
-        attn_case_free(&one);
-    }
-    be->ops->destroy(be);
-}
-
 /* pools of 1 and 2 threads give the same bits */
 /* argmax is sample_argmax's scan: first of equal maxima, NaNs never win, a NaN first gives 0. */
 static void test_argmax(void **state) {
@@ -558,16 +449,6 @@ static void test_thread_count_invariant(void **state) {
     free(x); free(y1); free(y2);
     free_tweight(&t);
 
-    attn_case c1, c2;
-    r.s = 11;
-    attn_case_make(&r, &c1);
-    r.s = 11;
-    attn_case_make(&r, &c2);
-    assert_ok(b1->ops->attention(b1, c1.q, c1.k, c1.v, a_seqs, A_NS, c1.kc, c1.vc, A_NQ, A_NKV, A_DIM, 0.3f, c1.out));
-    assert_ok(b2->ops->attention(b2, c2.q, c2.k, c2.v, a_seqs, A_NS, c2.kc, c2.vc, A_NQ, A_NKV, A_DIM, 0.3f, c2.out));
-    assert_bits_equal(c1.out, c2.out, A_ROWS * A_NQ * A_DIM);
-    attn_case_free(&c1);
-    attn_case_free(&c2);
     b1->ops->destroy(b1);
     b2->ops->destroy(b2);
 }
@@ -584,8 +465,6 @@ int main(void) {
         cmocka_unit_test(test_norms),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_attention_batch_invariant),
         cmocka_unit_test(test_thread_count_invariant),
         cmocka_unit_test(test_argmax),
     };

@@ -1,8 +1,8 @@
 /* test_kvgrow.c: grow-as-used K/V in the engine (issue 6), fixture model on the CPU backend.
  * - EXACT(grow): the same streams (greedy and sampled, prompts that grow a slot several times, one
  *   that fills 120 of 128 positions) through engines with kv_grow 0 and 16 give identical token
- *   hashes (test_engine.c already ties the engine to generate()); with grow the slots return to
- *   their first rows after;
+ *   hashes (test_engine.c already ties the engine to generate()), with f32 and with bf16 K/V (half the
+ *   bytes per row); with grow the slots return to their first rows after;
  * - parallel 4, context 65536, kv_grow 1024, four streams of a few hundred tokens: K/V held (peak
  *   included) stays under 1/16 of the no-grow figure, and is back at the first rows after the end;
  * - a forced mapping failure (kvmem test hook) ends only the stream that grew, with an error naming
@@ -46,8 +46,11 @@ static void test_exact_grow(void **state) {
             sp[s].seed = 77u + (unsigned)s;
         }
     }
-    const int grows[] = {0, 16}; /* the first run (no grow) is the reference */
-    for (int g = 0; g < 2; g++) {
+    const int grows[] = {0, 16}; /* the first run of each K/V type (no grow) is the reference */
+    int64_t row_f32 = 0;
+    for (int run = 0; run < 4; run++) {
+        const int g = run % 2, kt = run / 2;
+        e->m->cfg.kv_bf16 = kt;
         qengine *eng = make(e, N_STREAMS, N_CTX, grows[g]);
         qreq *r[N_STREAMS];
         for (int s = 0; s < N_STREAMS; s++) r[s] = submit_req(eng, prompts[s], lens[s], max_toks[s], sp[s], 1);
@@ -59,8 +62,8 @@ static void test_exact_grow(void **state) {
                 n_ref[s] = n;
             }
             uint64_t ha = q_hash_tokens(ref[s], (size_t)n_ref[s]), hb = q_hash_tokens(got[s], (size_t)n);
-            printf("  kv_grow %2d stream %d: prompt %3d + %2d, no grow %016llx, this %016llx\n", grows[g], s,
-                   lens[s], n, (unsigned long long)ha, (unsigned long long)hb);
+            printf("  %s K/V, kv_grow %2d stream %d: prompt %3d + %2d, no grow %016llx, this %016llx\n",
+                   kt ? "bf16" : "f32", grows[g], s, lens[s], n, (unsigned long long)ha, (unsigned long long)hb);
             assert_int_equal(fin, QFINISH_LENGTH);
             assert_int_equal(n, n_ref[s]);
             assert_true(ha == hb);
@@ -71,6 +74,8 @@ static void test_exact_grow(void **state) {
         assert_int_equal(m.kv_held_rows, N_STREAMS * first);
         assert_int_equal(m.kv_committed_rows, N_STREAMS * first);
         const int64_t row = m.kv_bytes_per_row;
+        if (!kt) row_f32 = row;
+        else assert_true(2 * row == row_f32);
         if (grows[g]) { /* grew while running (the 100 + 20 stream to 120 rows at least), gave back after */
             assert_true(m.kv_peak_bytes >= (100 + 20) * row);
             assert_true(m.kv_peak_bytes < (int64_t)N_STREAMS * N_CTX * row);
@@ -80,6 +85,7 @@ static void test_exact_grow(void **state) {
         }
         engine_destroy(eng);
     }
+    e->m->cfg.kv_bf16 = 0;
 }
 
 /* The growth policy on the slot table directly (slot.h): a fresh prompt in one step, then the need

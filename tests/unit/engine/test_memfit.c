@@ -36,6 +36,12 @@ static void test_sums_and_verdict(void **state) {
     memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
     assert_true(f.need == f.weights + f.gdn + f.scratch + f.kv + f.prompt_cache);
     assert_true(f.kv == (int64_t)4 * 65536 * qwen35_kv_bytes_per_token(&cfg));
+    const int64_t kv_f32 = f.kv; /* bf16 K/V (--kv-type bf16): half the bytes, the rest unchanged */
+    cfg.kv_bf16 = 1;
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
+    cfg.kv_bf16 = 0;
+    assert_true(2 * f.kv == kv_f32 && f.need == f.weights + f.gdn + f.scratch + f.kv + f.prompt_cache);
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
     assert_true(f.gdn == 4 * qwen35_gdn_state_bytes(&cfg));
     assert_true(f.prompt_cache == GIB / 2);
     assert_true(f.reserve == 2 * GIB); /* 10 % of 16 GiB is less than 2 GiB */
