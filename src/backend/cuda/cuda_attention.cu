@@ -349,38 +349,61 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     }
 }
 
-/* The splits' weights e_s = exp(m_s - M) are computed once per (row, head) into shared memory (they were
- * recomputed for every output element), then each output sums its splits in order s = 0..n-1 as before:
- * bitwise the same result. Dynamic shared memory: att_combine_smem (all of it there, sized in whole
- * 16-byte quads: compute-sanitizer flagged a 12-byte read past a 2-float table with a static array beside it). */
+/* The splits' weights e_s = exp(m_s - M) are computed once per (row, head) into shared memory, then the
+ * block's ATT_COMB_WARPS warps share the splits: warp w sums splits w, w + W, ... in that order (lane: dims
+ * lane, lane + 32, ...; every load coalesced and independent of the others), and the warps' sums add in warp
+ * order. A fixed order for a given number of splits, so a row's result depends only on its position
+ * (EXACT(batch)). One thread per output summing every split in turn was a chain of dependent L2 loads: at
+ * 32k (128 splits) it took most of the attention's time. Dynamic shared memory: att_combine_smem (all of it
+ * there, sized in whole 16-byte quads: compute-sanitizer flagged a 12-byte read past a 2-float table with a
+ * static array beside it). */
+#define ATT_COMB_WARPS 8
+#define ATT_COMB_MAX_SPLITS 5000 /* e_s, l_s and the warps' sums in 48 KB of shared memory at dim 256 */
 #define ATT_COMB_PAD(n) (((n) + 3) & ~3)
-static size_t att_combine_smem(int max_splits) { return (32 + 2 * (size_t)ATT_COMB_PAD(max_splits) + 4) * sizeof(float); }
-__global__ void attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
-                                         const float *__restrict__ part, float *__restrict__ out) {
-    extern __shared__ float4 comb4[]; /* red[32], e_s and l_s (ATT_COMB_PAD(max_splits) each), a spare quad */
+static size_t att_combine_smem(int max_splits, int dim) {
+    return (32 + 2 * (size_t)ATT_COMB_PAD(max_splits) + (size_t)ATT_COMB_WARPS * dim + 4) * sizeof(float);
+}
+__global__ void __launch_bounds__(ATT_COMB_WARPS * 32)
+attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
+                         const float *__restrict__ part, float *__restrict__ out) {
+    extern __shared__ float4 comb4[]; /* red[32], e_s and l_s (ATT_COMB_PAD(max_splits) each), sums, a spare quad */
     float *red = (float *)comb4;
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
     const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = dim / 32;
     const int64_t stride = dim + 2;
     const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * stride;
     float m = -INFINITY; /* the max is the same in any order */
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x) m = fmaxf(m, p[s * stride]);
     m = warp_max(m);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    if (lane == 0) red[warp] = m;
     __syncthreads();
     float M = red[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, red[w]);
-    float *es = red + 32, *ls = es + ATT_COMB_PAD(max_splits);
+    for (int w = 1; w < ATT_COMB_WARPS; w++) M = fmaxf(M, red[w]);
+    float *es = red + 32, *ls = es + ATT_COMB_PAD(max_splits), *sums = ls + ATT_COMB_PAD(max_splits);
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x) es[s] = expf(p[s * stride] - M), ls[s] = p[s * stride + 1];
+    __syncthreads();
+    float o[ATT_MAX_PER_LANE];
+#pragma unroll
+    for (int c = 0; c < ATT_MAX_PER_LANE; c++) o[c] = 0.0f;
+    for (int s = warp; s < n_splits; s += ATT_COMB_WARPS) {
+        const float e = es[s], *src = p + s * stride + 2 + lane;
+#pragma unroll
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+            if (c < per) o[c] = fmaf(__ldcg(src + 32 * c), e, o[c]);
+    }
+#pragma unroll
+    for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+        if (c < per) sums[warp * dim + 32 * c + lane] = o[c];
     __syncthreads();
     float L = 0.0f;
     for (int s = 0; s < n_splits; s++) L += ls[s] * es[s];
     float *orow = out + ((int64_t)rw.row * n_q + h) * dim;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float o = 0.0f;
-        for (int s = 0; s < n_splits; s++) o += p[s * stride + 2 + i] * es[s];
-        orow[i] = o / L;
+        float v = sums[i];
+        for (int w = 1; w < ATT_COMB_WARPS; w++) v += sums[w * dim + i];
+        orow[i] = v / L;
     }
 }
 
@@ -415,8 +438,9 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     free(tab);
     Q_TRY(st);
     const int max_splits = max_pos / ATT_SPLIT + 1;
-    if (max_splits > 6000) /* the combine's 2 floats per split in 48 KB of shared memory */
-        return q_fail(Q_EINVAL, "cuda attention: position %d is past the decode kernel's %d", max_pos, 6000 * ATT_SPLIT);
+    if (max_splits > ATT_COMB_MAX_SPLITS)
+        return q_fail(Q_EINVAL, "cuda attention: position %d is past the decode kernel's %d", max_pos,
+                      ATT_COMB_MAX_SPLITS * ATT_SPLIT);
     float *part = NULL;
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
     CU_TRY(cu_launch(kv_write_rows_kernel<T>, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
@@ -427,8 +451,8 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
                      ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim, scale,
                      max_splits, part),
            "attention (decode split)");
-    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q), 128,
-                     att_combine_smem(max_splits), cu_stream(be),
+    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q), ATT_COMB_WARPS * 32,
+                     att_combine_smem(max_splits, dim), cu_stream(be),
                      dtab, n_q, dim, max_splits, part, out),
            "attention (decode combine)");
     return Q_OK;
