@@ -3,7 +3,7 @@
 // the queue) give identical completion hashes, greedy and seeded.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { client } from './lib.mjs';
+import { URL, client, startServer } from './lib.mjs';
 
 const oa = client();
 const PROMPTS = [
@@ -31,4 +31,26 @@ test('8 prompts alone, then all at once: identical token hashes', async () => {
     return hash;
   }));
   assert.deepEqual(streamed, alone);
+});
+
+// --kv-type bf16: a server keeping its K/V in bf16 says so on /memory (half the bytes per row of the
+// default's) and keeps the contract: 4 prompts alone and then together give identical token hashes.
+test('--kv-type bf16: /memory reports it, alone and together agree', async () => {
+  const f32 = (await (await fetch(`${URL}/memory`)).json()).kv;
+  const srv = await startServer(['--parallel', '4', '--kv-type', 'bf16']);
+  try {
+    const kv = (await (await fetch(`${srv.url}/memory`)).json()).kv;
+    assert.equal(f32.type, 'f32');
+    assert.equal(kv.type, 'bf16');
+    assert.equal(2 * kv.bytes_per_row, f32.bytes_per_row);
+    const oa2 = client(srv.url);
+    const go = (p, i) => (i % 2 === 0 ? oa2.completions.create(req(p, i)) : oa2.chat.completions.create(req(p, i)));
+    const four = PROMPTS.slice(0, 4);
+    const alone = [];
+    for (let i = 0; i < four.length; i++) alone.push((await go(four[i], i)).quill.completion_hash);
+    const together = await Promise.all(four.map((p, i) => go(p, i)));
+    assert.deepEqual(together.map((r) => r.quill.completion_hash), alone);
+  } finally {
+    await srv.stop();
+  }
 });
