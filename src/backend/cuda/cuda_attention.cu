@@ -160,20 +160,15 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
  * groups of ATT_GROUP), so each key and value row is read once for all of them; warp w takes keys
  * start + w, start + w + ATT_SPLIT_WARPS, ... with an online softmax per head, and the warps' results merge
  * in warp order. A lane holds dim/32 elements of each row: with VEC = 16 / sizeof(T) (4 f32 or 8 bf16, when
- * dim % (32 VEC) == 0) VEC adjacent ones per 32 VEC (one 16-byte load), else every 32nd. A warp takes its keys
- * in steps of KG (ATT_KEYS_*: one softmax correction per step, the next step's K and V rows loading during
- * this one, raw, widened at use), and the 4 heads' dot products of a key reduce over the warp together
- * (att_dot4: 10 shuffles, not 20). The queries sit in shared memory: in registers they left no
+ * dim % (32 VEC) == 0) VEC adjacent ones per 32 VEC (one 16-byte load), else every 32nd. The K and V rows of
+ * the warp's next two keys load while the current key is used (raw, widened at use: half-width bf16 rows
+ * need twice the keys in flight for the same bytes), and the 4 heads' dot products reduce over the warp
+ * together (att_dot4: 10 shuffles, not 20). The queries sit in shared memory: in registers they left no
  * room for the rows in flight. */
 #define ATT_GROUP 4
 #define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
-/* Keys a warp takes per step (ATT_KEYS_*: its scores, one softmax correction, its V rows); the next step's
- * rows load during this one. More keys: more loads in flight, fewer corrections, more registers. */
-#ifndef ATT_KEYS_BF16
-#define ATT_KEYS_BF16 4
-#endif
-#ifndef ATT_KEYS_F32
-#define ATT_KEYS_F32 2
+#ifndef ATT_BF16_AHEAD
+#define ATT_BF16_AHEAD 2 /* keys a warp has in flight with a bf16 cache (1 or 2; f32 always 1) */
 #endif
 
 /* Element c of a lane's share of a row. */
@@ -257,30 +252,19 @@ __device__ __forceinline__ void att_scores(const float4 *sq, const float (&kr)[A
     att_dot4(d, lane);
 }
 
-/* The online softmax of a step's KG keys with scores d[k] (keys past the split's end: live[k] false): per
- * head one new max, one correction of the running sum and accumulator, and each key's weight e[k][hh]
- * (0 for a dead key). The V rows are added by the caller, in key order. */
-template <int KG>
-__device__ __forceinline__ void att_softmax(const float (&d)[KG][ATT_GROUP], const bool (&live)[KG], float scale,
-                                            int per, float (&acc)[ATT_GROUP][ATT_MAX_PER_LANE],
-                                            float (&m)[ATT_GROUP], float (&l)[ATT_GROUP], float (&e)[KG][ATT_GROUP]) {
+/* The online softmax and V accumulation of one key with scores d. */
+__device__ __forceinline__ void att_accumulate(const float (&d)[ATT_GROUP], const float (&vr)[ATT_MAX_PER_LANE],
+                                               float scale, int per, float (&acc)[ATT_GROUP][ATT_MAX_PER_LANE],
+                                               float (&m)[ATT_GROUP], float (&l)[ATT_GROUP]) {
 #pragma unroll
     for (int hh = 0; hh < ATT_GROUP; hh++) {
-        float m_new = m[hh];
-#pragma unroll
-        for (int k = 0; k < KG; k++)
-            if (live[k]) m_new = fmaxf(m_new, d[k][hh] * scale);
-        const float corr = expf(m[hh] - m_new);
-        float sum = 0.0f;
-#pragma unroll
-        for (int k = 0; k < KG; k++) {
-            e[k][hh] = live[k] ? expf(d[k][hh] * scale - m_new) : 0.0f;
-            sum += e[k][hh];
-        }
-        l[hh] = l[hh] * corr + sum;
+        const float s = d[hh] * scale;
+        const float m_new = fmaxf(m[hh], s);
+        const float corr = expf(m[hh] - m_new), e = expf(s - m_new);
+        l[hh] = l[hh] * corr + e;
 #pragma unroll
         for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) acc[hh][c] *= corr;
+            if (c < per) acc[hh][c] = acc[hh][c] * corr + e * vr[c];
         m[hh] = m_new;
     }
 }
@@ -316,44 +300,30 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     __syncthreads();
     const int64_t kstride = (int64_t)n_kv * dim;
     const T *kc = (const T *)rw.kc + (int64_t)kvh * dim, *vc = (const T *)rw.vc + (int64_t)kvh * dim;
-    /* Steps of KG keys: warp w's step takes keys j, j + W, ..., j + (KG - 1) W (W = ATT_SPLIT_WARPS), whose rows
-     * sit in slots 0..KG-1; a slot takes the next step's key (j + KG W + k W) as soon as this step is done with
-     * it: K after the scores, V after the accumulation. */
-    constexpr int KG = sizeof(T) == 2 && VEC > 1 ? ATT_KEYS_BF16 : ATT_KEYS_F32, W = ATT_SPLIT_WARPS;
-    att_slot<VEC, T> ks[KG], vs[KG];
+    /* A keys ahead in a ring of A slots per row (A = 2 for bf16: half-width rows need twice the keys in
+     * flight; 1 for f32, whose registers would not hold two): key j's rows sit in slot
+     * ((j - start - warp) / W) % A, and a slot takes the key A ahead as soon as key j is done with it. */
+    constexpr int A = sizeof(T) == 2 ? ATT_BF16_AHEAD : 1;
+    att_slot<VEC, T> ks[A], vs[A];
     int j = start + warp;
 #pragma unroll
-    for (int k = 0; k < KG; k++)
-        if (j + k * W < end) {
-            att_slot_load(ks[k], kc + (j + k * W) * kstride, lane, per);
-            att_slot_load(vs[k], vc + (j + k * W) * kstride, lane, per);
+    for (int a = 0; a < A; a++)
+        if (j + a * ATT_SPLIT_WARPS < end) {
+            att_slot_load(ks[a], kc + (j + a * ATT_SPLIT_WARPS) * kstride, lane, per);
+            att_slot_load(vs[a], vc + (j + a * ATT_SPLIT_WARPS) * kstride, lane, per);
         }
-    for (; j < end; j += KG * W) {
-        float d[KG][ATT_GROUP], e[KG][ATT_GROUP];
-        bool live[KG];
+    for (; j < end; j += A * ATT_SPLIT_WARPS) {
 #pragma unroll
-        for (int k = 0; k < KG; k++) {
-            const int jk = j + k * W, jn = jk + KG * W;
-            live[k] = jk < end;
-            if (!live[k]) continue; /* uniform */
-            float r[ATT_MAX_PER_LANE];
-            att_slot_get(ks[k], r, per);
-            att_scores(sq, r, per, lane, d[k]);
-            if (jn < end) att_slot_load(ks[k], kc + jn * kstride, lane, per);
-        }
-        att_softmax<KG>(d, live, scale, per, acc, m, l, e);
-#pragma unroll
-        for (int k = 0; k < KG; k++) {
-            const int jn = j + k * W + KG * W;
-            if (!live[k]) continue;
-            float r[ATT_MAX_PER_LANE];
-            att_slot_get(vs[k], r, per);
-#pragma unroll
-            for (int hh = 0; hh < ATT_GROUP; hh++)
-#pragma unroll
-                for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-                    if (c < per) acc[hh][c] = fmaf(e[k][hh], r[c], acc[hh][c]);
-            if (jn < end) att_slot_load(vs[k], vc + jn * kstride, lane, per);
+        for (int a = 0; a < A; a++) {
+            const int jk = j + a * ATT_SPLIT_WARPS, jn = jk + A * ATT_SPLIT_WARPS;
+            if (a && jk >= end) break;
+            float r[ATT_MAX_PER_LANE], d[ATT_GROUP];
+            att_slot_get(ks[a], r, per);
+            att_scores(sq, r, per, lane, d);
+            if (jn < end) att_slot_load(ks[a], kc + jn * kstride, lane, per);
+            att_slot_get(vs[a], r, per);
+            att_accumulate(d, r, scale, per, acc, m, l);
+            if (jn < end) att_slot_load(vs[a], vc + jn * kstride, lane, per);
         }
     }
 #pragma unroll
