@@ -160,16 +160,12 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
  * groups of ATT_GROUP), so each key and value row is read once for all of them; warp w takes keys
  * start + w, start + w + ATT_SPLIT_WARPS, ... with an online softmax per head, and the warps' results merge
  * in warp order. A lane holds dim/32 elements of each row: with VEC = 16 / sizeof(T) (4 f32 or 8 bf16, when
- * dim % (32 VEC) == 0) VEC adjacent ones per 32 VEC (one 16-byte load), else every 32nd. The K and V rows of
- * the warp's next two keys load while the current key is used (raw, widened at use: half-width bf16 rows
- * need twice the keys in flight for the same bytes), and the 4 heads' dot products reduce over the warp
- * together (att_dot4: 10 shuffles, not 20). The queries sit in shared memory: in registers they left no
+ * dim % (32 VEC) == 0) VEC adjacent ones per 32 VEC (one 16-byte load), else every 32nd. The next key's K and
+ * V rows load while the current key is used (raw, widened at use, so the load never waits), and the 4 heads'
+ * dot products reduce over the warp together (att_dot4: 10 shuffles, not 20). The queries sit in shared memory: in registers they left no
  * room for the rows in flight. */
 #define ATT_GROUP 4
 #define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
-#ifndef ATT_BF16_AHEAD
-#define ATT_BF16_AHEAD 2 /* keys a warp has in flight with a bf16 cache (1 or 2; f32 always 1) */
-#endif
 
 /* Element c of a lane's share of a row. */
 template <int VEC> __device__ __forceinline__ int att_elem(int c, int lane) {
@@ -300,31 +296,21 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     __syncthreads();
     const int64_t kstride = (int64_t)n_kv * dim;
     const T *kc = (const T *)rw.kc + (int64_t)kvh * dim, *vc = (const T *)rw.vc + (int64_t)kvh * dim;
-    /* A keys ahead in a ring of A slots per row (A = 2 for bf16: half-width rows need twice the keys in
-     * flight; 1 for f32, whose registers would not hold two): key j's rows sit in slot
-     * ((j - start - warp) / W) % A, and a slot takes the key A ahead as soon as key j is done with it. */
-    constexpr int A = sizeof(T) == 2 ? ATT_BF16_AHEAD : 1;
-    att_slot<VEC, T> ks[A], vs[A];
+    /* Key j's rows are in the slots ks, vs; each slot takes the next key's row (j + W) as soon as key j is
+     * done with it: K after the scores, V after the accumulation. (Two keys ahead, or steps of 2-4 keys with
+     * one softmax correction each, spilled or ran slower on the H200: docs/performance.md, session 5.) */
+    att_slot<VEC, T> ks, vs;
     int j = start + warp;
-#pragma unroll
-    for (int a = 0; a < A; a++)
-        if (j + a * ATT_SPLIT_WARPS < end) {
-            att_slot_load(ks[a], kc + (j + a * ATT_SPLIT_WARPS) * kstride, lane, per);
-            att_slot_load(vs[a], vc + (j + a * ATT_SPLIT_WARPS) * kstride, lane, per);
-        }
-    for (; j < end; j += A * ATT_SPLIT_WARPS) {
-#pragma unroll
-        for (int a = 0; a < A; a++) {
-            const int jk = j + a * ATT_SPLIT_WARPS, jn = jk + A * ATT_SPLIT_WARPS;
-            if (a && jk >= end) break;
-            float r[ATT_MAX_PER_LANE], d[ATT_GROUP];
-            att_slot_get(ks[a], r, per);
-            att_scores(sq, r, per, lane, d);
-            if (jn < end) att_slot_load(ks[a], kc + jn * kstride, lane, per);
-            att_slot_get(vs[a], r, per);
-            att_accumulate(d, r, scale, per, acc, m, l);
-            if (jn < end) att_slot_load(vs[a], vc + jn * kstride, lane, per);
-        }
+    if (j < end) att_slot_load(ks, kc + j * kstride, lane, per), att_slot_load(vs, vc + j * kstride, lane, per);
+    for (; j < end; j += ATT_SPLIT_WARPS) {
+        const int jn = j + ATT_SPLIT_WARPS;
+        float r[ATT_MAX_PER_LANE], d[ATT_GROUP];
+        att_slot_get(ks, r, per);
+        att_scores(sq, r, per, lane, d);
+        if (jn < end) att_slot_load(ks, kc + jn * kstride, lane, per);
+        att_slot_get(vs, r, per);
+        att_accumulate(d, r, scale, per, acc, m, l);
+        if (jn < end) att_slot_load(vs, vc + jn * kstride, lane, per);
     }
 #pragma unroll
     for (int hh = 0; hh < ATT_GROUP; hh++) {
