@@ -6,9 +6,5 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cuda/bench_lib.sh
-[ -d .debs ] && . tests/cuda/device_deps.sh
-build=${BUILD:-build-cuda}
-log=${OUT:-/tmp}/bench-gdn.log
-: >"$log"
-bench_build "$build" "$log" bench_gdn
+bench_cmake gdn
 bench_run bench_gdn "$log" "$build/bench_gdn"

@@ -11,11 +11,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cuda/bench_lib.sh
-[ -d .debs ] && . tests/cuda/device_deps.sh
-build=${BUILD:-build-cuda}
-log=${OUT:-/tmp}/bench-gemm.log
-: >"$log"
-bench_build "$build" "$log" bench_gemm
+bench_cmake gemm
 trace=${QUILL_GEMM_TRACE:-${OUT:-/tmp}/gemm-trace.txt}
 rm -f "$trace" "$trace.gz"
 bench_run bench_gemm "$log" env QUILL_GEMM_TRACE="$trace" "$build/bench_gemm"

@@ -3,6 +3,15 @@
 # then CMD with its output on the screen and appended to LOG, then "# NAME: rc R, S s"; returns R.
 # bench_build BUILD LOG TARGET: configures BUILD (Release) and builds TARGET, output to LOG; on failure
 # prints LOG's tail and "build failed" and exits 1.
+# bench_cmake NAME: the device's packages (when .debs is here), build=$BUILD (default build-cuda),
+# log=$OUT/bench-NAME.log (emptied), then bench_build of target bench_NAME.
+bench_cmake() {
+  [ -d .debs ] && . tests/cuda/device_deps.sh
+  build=${BUILD:-build-cuda}
+  log=${OUT:-/tmp}/bench-$1.log
+  : >"$log"
+  bench_build "$build" "$log" "bench_$1"
+}
 bench_build() {
   if ! { cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$2" 2>&1 &&
          cmake --build "$1" -j "$(nproc)" --target "$3" >>"$2" 2>&1; }; then

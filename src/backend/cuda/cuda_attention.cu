@@ -162,8 +162,8 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
  * in warp order. A lane holds dim/32 elements of each row: with VEC = 16 / sizeof(T) (4 f32 or 8 bf16, when
  * dim % (32 VEC) == 0) VEC adjacent ones per 32 VEC (one 16-byte load), else every 32nd. The next key's K and
  * V rows load while the current key is used (raw, widened at use, so the load never waits), and the 4 heads'
- * dot products reduce over the warp together (att_dot4: 10 shuffles, not 20). The queries sit in shared memory: in registers they left no
- * room for the rows in flight. */
+ * dot products reduce over the warp together (att_dot4: 10 shuffles, not 20). The queries sit in shared
+ * memory: in registers they left no room for the rows in flight. */
 #define ATT_GROUP 4
 #define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
 
@@ -197,15 +197,10 @@ __device__ __forceinline__ void att_slot_get(const att_slot<VEC, T> &r, float (&
     if constexpr (VEC > 1) {
 #pragma unroll
         for (int cv = 0; cv < ATT_MAX_PER_LANE / VEC; cv++) {
-            const uint32_t w[4] = {r.ch[cv].x, r.ch[cv].y, r.ch[cv].z, r.ch[cv].w};
+            if (VEC * cv < per) kv_widen16<T>(r.ch[cv], x + VEC * cv);
+            else
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                if (sizeof(T) == 4) x[VEC * cv + i] = VEC * cv < per ? __uint_as_float(w[i]) : 0.0f;
-                else {
-                    x[VEC * cv + 2 * i] = VEC * cv < per ? __uint_as_float(w[i] << 16) : 0.0f;
-                    x[VEC * cv + 2 * i + 1] = VEC * cv < per ? __uint_as_float(w[i] & 0xffff0000u) : 0.0f;
-                }
-            }
+                for (int e = 0; e < VEC; e++) x[VEC * cv + e] = 0.0f;
         }
     } else {
 #pragma unroll
