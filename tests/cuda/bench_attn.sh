@@ -14,7 +14,7 @@ log=${OUT:-/tmp}/bench-attn.log
 if [ ! -x "$bin" ]; then
   mkdir -p "$(dirname "$bin")"
   if ! "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror=all-warnings -Isrc \
-       tests/cuda/bench_attn.cu src/backend/cuda/cuda_flash_prefill.cu src/util/status.c -o "$bin" >>"$log" 2>&1; then
+       tests/cuda/bench_attn.cu src/backend/cuda/cuda_flash_prefill.cu src/backend/cuda/cuda_attention_tc.cu src/util/status.c -o "$bin" >>"$log" 2>&1; then
     tail -30 "$log"; echo "build failed"; exit 1
   fi
 fi

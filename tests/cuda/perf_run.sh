@@ -47,9 +47,9 @@ if has decode || has prefill || has profile || has ncu || has variant; then # th
 fi
 if has checks; then
   stamp "cuda checks"
-  BUILD=build-cuda OUT=$OUT timeout 150 bash tests/cuda/run.sh >"$OUT/cuda-checks.txt" 2>&1
+  BUILD=build-cuda OUT=$OUT timeout 260 bash tests/cuda/run.sh >"$OUT/cuda-checks.txt" 2>&1
   echo "## cuda checks rc=$?" >>"$summary"
-  tail -14 "$OUT/cuda-checks.txt" >>"$summary"
+  tail -17 "$OUT/cuda-checks.txt" >>"$summary"
 fi
 for b in tests/cuda/bench_*.sh; do
   name=$(basename "$b" .sh)
@@ -82,6 +82,8 @@ if has decode; then
     q 40 "decode $w, graphs on" QUILL_CUDA_GRAPHS=1 $B --prefill '' --contexts 0 --streams '' --steps 16
     q 40 "decode $w, PDL off" QUILL_CUDA_PDL=0 $B --prefill '' --contexts 0 --streams 4 --steps 16
     q 90 "decode $w, bf16 K/V" X=1 $B --kv-type bf16 --prefill '' --contexts 0,32768 --streams 16,64 --steps 16
+    q 60 "decode $w, bf16 K/V, SIMT attention" QUILL_CUDA_ATT_TC=0 $B --kv-type bf16 --prefill '' --contexts 0,32768 \
+      --streams '' --steps 16
   done
 fi
 if has prefill; then

@@ -30,6 +30,7 @@ step() { # name, command...
 }
 step "cuda ops vs cpu, batch invariance" "$build/cuda_test_cuda_ops"
 step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_cuda_seq_ops"
+step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUDA_ATT_TC=0 "$build/cuda_test_cuda_seq_ops"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
@@ -50,6 +51,8 @@ step "compute-sanitizer memcheck: quill run, bf16 K/V" compute-sanitizer --tool 
      "$build/quill" run --backend cuda --kv-type bf16 --prompt-ids 1,2,3,4,5,6,7,8 -n 8
 step "compute-sanitizer racecheck: quill run" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
+step "compute-sanitizer racecheck: quill run, bf16 K/V" compute-sanitizer --tool racecheck --error-exitcode 9 \
+     "$build/quill" run --backend cuda --kv-type bf16 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 }
 grep -E '^\|' "$log" | grep -v -- '---' | head -60
 grep -E "rel err" "$log" | head -40

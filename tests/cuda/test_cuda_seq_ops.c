@@ -185,7 +185,8 @@ static void test_gdn(void) {
 
 /* Many decode seqs: their tables no longer fit the kernel parameters (cu_tab, 2 KB: 85 attention rows,
  * 128 GDN seqs), so they are staged and read through a device pointer. One row each at varied positions,
- * against the CPU, and one seq alone vs among all (bitwise). Attention at D 256 (16-byte rows) and D 64. */
+ * against the CPU, and one seq alone vs among all (bitwise). Attention at D 256 (16-byte rows), D 128 (bf16, 6 query
+ * heads per kv head) and D 64; with bf16 caches the tensor-core split kernel (QUILL_CUDA_ATT_TC=0: the SIMT one). */
 static void attention_many_case(int nq, int nkv, int D, qwfmt fmt) {
     enum { NS = 100 };
     const size_t qw = (size_t)nq * D, kw = (size_t)nkv * D;
@@ -224,6 +225,7 @@ static void test_many_seqs(void) {
     attention_many_case(16, 4, 256, QW_BF16); /* 16-byte rows of 8 bf16 */
     attention_many_case(8, 2, 64, QW_F32);
     attention_many_case(8, 2, 64, QW_BF16);
+    attention_many_case(12, 2, 128, QW_BF16); /* groups of 4 and 2 query heads per kv head */
     enum { NS = 130 };
     const qgdn_dims d = {2, 4, 64, 64};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, Hv = d.n_v_heads;

@@ -11,7 +11,7 @@
  * Floor: decode rows read the stream's K/V bytes once (GQA-packed: a block serves the query heads
  * of one kv head); the prompt path's flash kernel packs them too. */
 #include "cuda_flash_prefill.h"
-#include "cuda_kv.cuh"
+#include "cuda_attention.cuh"
 
 #define ATT_WARPS 4
 #define ATT_MAX_PER_LANE 8 /* dim <= 256 */
@@ -135,13 +135,6 @@ attention_kernel(const float *__restrict__ q, int row0, int pos0, const T *__res
  * splits depend only on its position, and the partial results merge in split order, so its result
  * depends on nothing else in the batch (EXACT(batch)); draft rows and serial decode rows run the same
  * arithmetic (EXACT(draft)). */
-#define ATT_SPLIT 256
-
-typedef struct att_row {
-    void *kc, *vc;  /* the row's stream caches */
-    int pos;        /* the row's position */
-    int row;        /* its index in the batch */
-} att_row;
 
 template <typename T>
 __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *__restrict__ v,
@@ -164,7 +157,6 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
  * V rows load while the current key is used (raw, widened at use, so the load never waits), and the 4 heads'
  * dot products reduce over the warp together (att_dot4: 10 shuffles, not 20). The queries sit in shared
  * memory: in registers they left no room for the rows in flight. */
-#define ATT_GROUP 4
 #define ATT_SPLIT_WARPS 8 /* 32 keys per warp: enough warps in flight to hide each key's load */
 
 /* Element c of a lane's share of a row. */
@@ -330,61 +322,72 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     }
 }
 
-/* The splits' weights e_s = exp(m_s - M) are computed once per (row, head) into shared memory, then the
- * block's ATT_COMB_WARPS warps share the splits: warp w sums splits w, w + W, ... in that order (lane: dims
- * lane, lane + 32, ...; every load coalesced and independent of the others), and the warps' sums add in warp
- * order. A fixed order for a given number of splits, so a row's result depends only on its position
- * (EXACT(batch)). One thread per output summing every split in turn was a chain of dependent L2 loads: at
- * 32k (128 splits) it took most of the attention's time. Dynamic shared memory: att_combine_smem (all of it
- * there, sized in whole 16-byte quads: compute-sanitizer flagged a 12-byte read past a 2-float table with a
- * static array beside it). */
+/* The combine: a block per (row, head, 32 dims), so a long row's merge spreads over dim / 32 blocks (at
+ * 32k one block per (row, head) took 15 us per layer: a chain of L2 latencies on 16 SMs). The block
+ * stages every split's (m_s, l_s) in shared memory, takes the max M (any order gives the same value),
+ * then e_s = exp(m_s - M); warp w sums splits w, w + W, ... of its lane's dim in that order (loads of
+ * ATT_COMB_UNROLL splits in flight), the warps' sums add in warp order, and L = sum l_s e_s is a fixed
+ * strided sum and butterfly. A fixed order for a given number of splits, so a row's result depends only on
+ * its position (EXACT(batch)). Dynamic shared memory: att_combine_smem (all of it there, in whole 16-byte
+ * quads: compute-sanitizer once flagged a read past a small table with a static array beside it). */
 #define ATT_COMB_WARPS 8
-#define ATT_COMB_MAX_SPLITS 5000 /* e_s, l_s and the warps' sums in 48 KB of shared memory at dim 256 */
+#define ATT_COMB_UNROLL 8 /* splits a warp loads before it sums them */
+#define ATT_COMB_MAX_SPLITS 4000 /* m_s, l_s and e_s in 48 KB of shared memory: positions to 1,024,000 */
 #define ATT_COMB_PAD(n) (((n) + 3) & ~3)
-static size_t att_combine_smem(int max_splits, int dim) {
-    return (32 + 2 * (size_t)ATT_COMB_PAD(max_splits) + (size_t)ATT_COMB_WARPS * dim + 4) * sizeof(float);
+static size_t att_combine_smem(int max_splits) {
+    return (32 + 3 * (size_t)ATT_COMB_PAD(max_splits) + (size_t)ATT_COMB_WARPS * 32) * sizeof(float);
 }
 __global__ void __launch_bounds__(ATT_COMB_WARPS * 32)
 attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
                          const float *__restrict__ part, float *__restrict__ out) {
-    extern __shared__ float4 comb4[]; /* red[32], e_s and l_s (ATT_COMB_PAD(max_splits) each), sums, a spare quad */
-    float *red = (float *)comb4;
+    extern __shared__ float4 comb4[]; /* red[32], m_s, l_s, e_s (ATT_COMB_PAD(max_splits) each), sums[W][32] */
+    float *red = (float *)comb4, *ms = red + 32, *ls = ms + ATT_COMB_PAD(max_splits);
+    float *es = ls + ATT_COMB_PAD(max_splits), *sums = es + ATT_COMB_PAD(max_splits);
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
-    const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = dim / 32;
+    const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1, d = blockIdx.z * 32 + (threadIdx.x & 31);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t stride = dim + 2;
     const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * stride;
-    float m = -INFINITY; /* the max is the same in any order */
-    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) m = fmaxf(m, p[s * stride]);
+    float m = -INFINITY;
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+        const float2 ml = __ldcg((const float2 *)(p + s * stride)); /* stride is even: 8-byte aligned */
+        ms[s] = ml.x, ls[s] = ml.y, m = fmaxf(m, ml.x);
+    }
     m = warp_max(m);
     if (lane == 0) red[warp] = m;
     __syncthreads();
     float M = red[0];
     for (int w = 1; w < ATT_COMB_WARPS; w++) M = fmaxf(M, red[w]);
-    float *es = red + 32, *ls = es + ATT_COMB_PAD(max_splits), *sums = ls + ATT_COMB_PAD(max_splits);
-    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) es[s] = expf(p[s * stride] - M), ls[s] = p[s * stride + 1];
-    __syncthreads();
-    float o[ATT_MAX_PER_LANE];
-#pragma unroll
-    for (int c = 0; c < ATT_MAX_PER_LANE; c++) o[c] = 0.0f;
-    for (int s = warp; s < n_splits; s += ATT_COMB_WARPS) {
-        const float e = es[s], *src = p + s * stride + 2 + lane;
-#pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) o[c] = fmaf(__ldcg(src + 32 * c), e, o[c]);
+    float lsum = 0.0f;
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+        const float e = expf(ms[s] - M);
+        es[s] = e;
+        lsum += ls[s] * e;
     }
+    lsum = warp_sum(lsum);
+    __syncthreads(); /* es complete; every warp is past its read of red */
+    if (lane == 0) red[warp] = lsum;
+    float o = 0.0f;
+    for (int s0 = warp; s0 < n_splits; s0 += ATT_COMB_UNROLL * ATT_COMB_WARPS) {
+        float x[ATT_COMB_UNROLL]; /* the loads of UNROLL splits first, then their sums in order */
 #pragma unroll
-    for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-        if (c < per) sums[warp * dim + 32 * c + lane] = o[c];
+        for (int u = 0; u < ATT_COMB_UNROLL; u++) {
+            const int s = s0 + u * ATT_COMB_WARPS;
+            x[u] = s < n_splits ? __ldcg(p + s * stride + 2 + d) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < ATT_COMB_UNROLL; u++) {
+            const int s = s0 + u * ATT_COMB_WARPS;
+            if (s < n_splits) o = fmaf(x[u], es[s], o);
+        }
+    }
+    sums[warp * 32 + lane] = o;
     __syncthreads();
-    float L = 0.0f;
-    for (int s = 0; s < n_splits; s++) L += ls[s] * es[s];
-    float *orow = out + ((int64_t)rw.row * n_q + h) * dim;
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
-        float v = sums[i];
-        for (int w = 1; w < ATT_COMB_WARPS; w++) v += sums[w * dim + i];
-        orow[i] = v / L;
+    if (warp == 0) {
+        float L = red[0], v = sums[lane];
+        for (int w = 1; w < ATT_COMB_WARPS; w++) L += red[w], v += sums[w * 32 + lane];
+        out[((int64_t)rw.row * n_q + h) * dim + d] = v / L;
     }
 }
 
@@ -427,13 +430,16 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     CU_TRY(cu_launch(kv_write_rows_kernel<T>, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
            "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
-    CU_TRY(cu_launch(att_split_for<T>(dim),
-                     dim3((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits),
-                     ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim, scale,
-                     max_splits, part),
-           "attention (decode split)");
-    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q), ATT_COMB_WARPS * 32,
-                     att_combine_smem(max_splits, dim), cu_stream(be),
+    const dim3 grid((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits);
+    cudaError_t e = cudaErrorNotSupported;
+    if (sizeof(T) == 2 && cuda_att_tc_on()) /* bf16 caches: tensor cores where the head dim allows */
+        e = cuda_att_split_tc(grid, cu_stream(be), q, dtab, n_q, n_kv, dim, scale, max_splits, part);
+    if (e == cudaErrorNotSupported)
+        e = cu_launch(att_split_for<T>(dim), grid, ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim,
+                      scale, max_splits, part);
+    CU_TRY(e, "attention (decode split)");
+    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q, (unsigned)(dim / 32)),
+                     ATT_COMB_WARPS * 32, att_combine_smem(max_splits), cu_stream(be),
                      dtab, n_q, dim, max_splits, part, out),
            "attention (decode combine)");
     return Q_OK;

@@ -37,34 +37,11 @@
 
 #include "cuda_flash_prefill.h"
 #include "cuda_kv.cuh"
+#include "cuda_mma.cuh"
 
 #define FA_BM 128 /* packed query rows per CTA */
 #define FA_BN 32  /* key positions per tile */
 #define FA_THREADS 256
-
-__device__ __forceinline__ uint32_t fa_smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void fa_ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-__device__ __forceinline__ void fa_ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                 : "r"(addr));
-}
-
-/* c += a * b, m16n8k16, bf16 operands, f32 accumulators. */
-__device__ __forceinline__ void fa_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ float fa_exp2(float x) { /* exp2(-inf) = 0 */
     float y;
@@ -72,42 +49,22 @@ __device__ __forceinline__ float fa_exp2(float x) { /* exp2(-inf) = 0 */
     return y;
 }
 
-/* bf16x2 of (a, b), a in the low half; *lo gets the remainders' bf16x2. */
-__device__ __forceinline__ uint32_t fa_pack(float a, float b) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    uint32_t u;
-    memcpy(&u, &h, 4);
-    return u;
-}
-
-__device__ __forceinline__ uint32_t fa_pack_lo(float a, float b, uint32_t hi) {
-    __nv_bfloat162 h;
-    memcpy(&h, &hi, 4);
-    return fa_pack(__fsub_rn(a, __low2float(h)), __fsub_rn(b, __high2float(h)));
-}
-
-/* Byte offset of 16-byte chunk cc of row r in a [rows][D] bf16 tile, XOR-swizzled (conflict-free
- * ldmatrix and stores). */
-template <int D> __device__ __forceinline__ uint32_t fa_off(int r, int cc) {
-    return (uint32_t)(r * (D * 2) + ((cc ^ (r & 7)) << 4));
-}
-
 /* Stores 8 floats (a, b) as bf16 chunk cc of row r of hi (and their remainders in lo). */
 template <int D, bool SPLIT>
 __device__ __forceinline__ void fa_store8(unsigned char *hi, unsigned char *lo, int r, int cc, float4 a, float4 b) {
     uint4 h;
-    h.x = fa_pack(a.x, a.y);
-    h.y = fa_pack(a.z, a.w);
-    h.z = fa_pack(b.x, b.y);
-    h.w = fa_pack(b.z, b.w);
-    const uint32_t o = fa_off<D>(r, cc);
+    h.x = cu_pack_bf16x2(a.x, a.y);
+    h.y = cu_pack_bf16x2(a.z, a.w);
+    h.z = cu_pack_bf16x2(b.x, b.y);
+    h.w = cu_pack_bf16x2(b.z, b.w);
+    const uint32_t o = cu_swz<D>(r, cc);
     *(uint4 *)(hi + o) = h;
     if (SPLIT) {
         uint4 l;
-        l.x = fa_pack_lo(a.x, a.y, h.x);
-        l.y = fa_pack_lo(a.z, a.w, h.y);
-        l.z = fa_pack_lo(b.x, b.y, h.z);
-        l.w = fa_pack_lo(b.z, b.w, h.w);
+        l.x = cu_pack_bf16x2_lo(a.x, a.y, h.x);
+        l.y = cu_pack_bf16x2_lo(a.z, a.w, h.y);
+        l.z = cu_pack_bf16x2_lo(b.x, b.y, h.z);
+        l.w = cu_pack_bf16x2_lo(b.z, b.w, h.w);
         *(uint4 *)(lo + o) = l;
     }
 }
@@ -202,23 +159,23 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
 #pragma unroll
             for (int ks = 0; ks < D / 16; ks++) {
                 uint32_t qh[4], ql[4];
-                const uint32_t qo = fa_off<D>(warp * 16 + (lane & 15), 2 * ks + (lane >> 4));
-                fa_ldsm_x4(fa_smem_addr(sQh) + qo, qh[0], qh[1], qh[2], qh[3]);
-                if (SPLIT) fa_ldsm_x4(fa_smem_addr(sQl) + qo, ql[0], ql[1], ql[2], ql[3]);
+                const uint32_t qo = cu_swz<D>(warp * 16 + (lane & 15), 2 * ks + (lane >> 4));
+                cu_ldsm_x4(cu_smem_addr(sQh) + qo, qh[0], qh[1], qh[2], qh[3]);
+                if (SPLIT) cu_ldsm_x4(cu_smem_addr(sQl) + qo, ql[0], ql[1], ql[2], ql[3]);
 #pragma unroll
                 for (int np = 0; np < FA_BN / 16; np++) {
-                    const uint32_t ko = fa_off<D>(16 * np + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1));
+                    const uint32_t ko = cu_swz<D>(16 * np + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1));
                     uint32_t k0, k1, k2, k3;
-                    fa_ldsm_x4(fa_smem_addr(sKh) + ko, k0, k1, k2, k3);
-                    fa_mma(s[2 * np], qh, k0, k1);
-                    fa_mma(s[2 * np + 1], qh, k2, k3);
+                    cu_ldsm_x4(cu_smem_addr(sKh) + ko, k0, k1, k2, k3);
+                    cu_mma_bf16(s[2 * np], qh, k0, k1);
+                    cu_mma_bf16(s[2 * np + 1], qh, k2, k3);
                     if (SPLIT) {
                         uint32_t x0, x1, x2, x3;
-                        fa_ldsm_x4(fa_smem_addr(sKl) + ko, x0, x1, x2, x3);
-                        fa_mma(s[2 * np], ql, k0, k1);
-                        fa_mma(s[2 * np + 1], ql, k2, k3);
-                        fa_mma(s[2 * np], qh, x0, x1);
-                        fa_mma(s[2 * np + 1], qh, x2, x3);
+                        cu_ldsm_x4(cu_smem_addr(sKl) + ko, x0, x1, x2, x3);
+                        cu_mma_bf16(s[2 * np], ql, k0, k1);
+                        cu_mma_bf16(s[2 * np + 1], ql, k2, k3);
+                        cu_mma_bf16(s[2 * np], qh, x0, x1);
+                        cu_mma_bf16(s[2 * np + 1], qh, x2, x3);
                     }
                 }
             }
@@ -267,15 +224,15 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
             /* P as A fragments (C layout of key n-tiles 2kk, 2kk+1 = A layout of k-step kk) */
 #pragma unroll
             for (int kk = 0; kk < FA_BN / 16; kk++) {
-                ph[kk][0] = fa_pack(s[2 * kk][0], s[2 * kk][1]);
-                ph[kk][1] = fa_pack(s[2 * kk][2], s[2 * kk][3]);
-                ph[kk][2] = fa_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                ph[kk][3] = fa_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                ph[kk][0] = cu_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+                ph[kk][1] = cu_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+                ph[kk][2] = cu_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                ph[kk][3] = cu_pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
                 if (SPLIT) {
-                    pl[kk][0] = fa_pack_lo(s[2 * kk][0], s[2 * kk][1], ph[kk][0]);
-                    pl[kk][1] = fa_pack_lo(s[2 * kk][2], s[2 * kk][3], ph[kk][1]);
-                    pl[kk][2] = fa_pack_lo(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[kk][2]);
-                    pl[kk][3] = fa_pack_lo(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[kk][3]);
+                    pl[kk][0] = cu_pack_bf16x2_lo(s[2 * kk][0], s[2 * kk][1], ph[kk][0]);
+                    pl[kk][1] = cu_pack_bf16x2_lo(s[2 * kk][2], s[2 * kk][3], ph[kk][1]);
+                    pl[kk][2] = cu_pack_bf16x2_lo(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[kk][2]);
+                    pl[kk][3] = cu_pack_bf16x2_lo(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[kk][3]);
                 }
             }
         }
@@ -287,18 +244,18 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
             for (int kk = 0; kk < FA_BN / 16; kk++)
 #pragma unroll
                 for (int dp = 0; dp < D / 16; dp++) {
-                    const uint32_t vo = fa_off<D>(16 * kk + (lane & 15), 2 * dp + (lane >> 4));
+                    const uint32_t vo = cu_swz<D>(16 * kk + (lane & 15), 2 * dp + (lane >> 4));
                     uint32_t v0, v1, v2, v3;
-                    fa_ldsm_x4_t(fa_smem_addr(sVh) + vo, v0, v1, v2, v3);
-                    fa_mma(o[2 * dp], ph[kk], v0, v1);
-                    fa_mma(o[2 * dp + 1], ph[kk], v2, v3);
+                    cu_ldsm_x4_t(cu_smem_addr(sVh) + vo, v0, v1, v2, v3);
+                    cu_mma_bf16(o[2 * dp], ph[kk], v0, v1);
+                    cu_mma_bf16(o[2 * dp + 1], ph[kk], v2, v3);
                     if (SPLIT) {
                         uint32_t x0, x1, x2, x3;
-                        fa_ldsm_x4_t(fa_smem_addr(sVl) + vo, x0, x1, x2, x3);
-                        fa_mma(o[2 * dp], pl[kk], v0, v1);
-                        fa_mma(o[2 * dp + 1], pl[kk], v2, v3);
-                        fa_mma(o[2 * dp], ph[kk], x0, x1);
-                        fa_mma(o[2 * dp + 1], ph[kk], x2, x3);
+                        cu_ldsm_x4_t(cu_smem_addr(sVl) + vo, x0, x1, x2, x3);
+                        cu_mma_bf16(o[2 * dp], pl[kk], v0, v1);
+                        cu_mma_bf16(o[2 * dp + 1], pl[kk], v2, v3);
+                        cu_mma_bf16(o[2 * dp], ph[kk], x0, x1);
+                        cu_mma_bf16(o[2 * dp + 1], ph[kk], x2, x3);
                     }
                 }
         }

@@ -1,0 +1,36 @@
+/* cuda_attention.cuh: what the decode-row attention kernels share (cuda_attention.cu: the K/V write, the
+ * SIMT split kernel and the split combine; cuda_attention_tc.cu: the tensor-core split kernel for bf16
+ * caches). A decode row's keys are cut into fixed ranges of ATT_SPLIT positions (flash-decoding); each
+ * split writes part[row][head][split][2 + dim] = (max, sum, unnormalised output) over its keys, and the
+ * combine merges a row's splits in split order. */
+#ifndef QUILL_CUDA_ATTENTION_CUH
+#define QUILL_CUDA_ATTENTION_CUH
+
+#include "cuda_kv.cuh"
+
+#define ATT_SPLIT 256
+#define ATT_GROUP 4 /* query heads of one kv head a split block serves */
+
+typedef struct att_row {
+    void *kc, *vc;  /* the row's stream caches */
+    int pos;        /* the row's position */
+    int row;        /* its index in the batch */
+} att_row;
+
+/* QUILL_CUDA_ATT_TC=0 keeps bf16 caches on the SIMT split kernel (an A/B of the two in one build; the
+ * CUDA tests check both against the CPU). Read once. */
+static inline int cuda_att_tc_on(void) {
+    static int on = -1; /* racing first readers compute the same value */
+    if (on < 0) {
+        const char *e = getenv("QUILL_CUDA_ATT_TC");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
+/* Launches the tensor-core split kernel over bf16 caches for grid (rows, kv heads x head groups,
+ * max_splits); cudaErrorNotSupported (nothing launched) when it does not take the head dim. */
+cudaError_t cuda_att_split_tc(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q, int n_kv,
+                              int dim, float scale, int max_splits, float *part);
+
+#endif

@@ -1,0 +1,63 @@
+/* cuda_mma.cuh: the tensor-core building blocks the attention kernels share: mma.sync m16n8k16 (bf16
+ * operands, f32 accumulators), ldmatrix (plain and transposed) from XOR-swizzled shared tiles, bf16x2
+ * packing with the f32 remainder split (x = hi + lo), and 16-byte cp.async with zero fill. */
+#ifndef QUILL_CUDA_MMA_CUH
+#define QUILL_CUDA_MMA_CUH
+
+#include "cuda_common.cuh"
+
+__device__ __forceinline__ uint32_t cu_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void cu_ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void cu_ldsm_x4_t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "r"(addr));
+}
+
+/* c += a * b, m16n8k16, bf16 operands, f32 accumulators. */
+__device__ __forceinline__ void cu_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* bf16x2 of (a, b), a in the low half. */
+__device__ __forceinline__ uint32_t cu_pack_bf16x2(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    uint32_t u;
+    memcpy(&u, &h, 4);
+    return u;
+}
+
+/* The remainders of (a, b) after their bf16 parts hi (cu_pack_bf16x2(a, b)), as bf16x2. */
+__device__ __forceinline__ uint32_t cu_pack_bf16x2_lo(float a, float b, uint32_t hi) {
+    __nv_bfloat162 h;
+    memcpy(&h, &hi, 4);
+    return cu_pack_bf16x2(__fsub_rn(a, __low2float(h)), __fsub_rn(b, __high2float(h)));
+}
+
+/* Byte offset of 16-byte chunk cc of row r in a [rows][D] bf16 tile, XOR-swizzled so that ldmatrix
+ * (8 rows of one chunk column) and row-wise stores are free of bank conflicts. D >= 64. */
+template <int D> __device__ __forceinline__ uint32_t cu_swz(int r, int cc) {
+    return (uint32_t)(r * (D * 2) + ((cc ^ (r & 7)) << 4));
+}
+
+/* 16 bytes global -> shared, bypassing L1; with ok false nothing is read and the 16 bytes are zeros. */
+__device__ __forceinline__ void cu_cp_async16(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cu_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Waits until at most N of this thread's committed groups are still in flight. */
+template <int N> __device__ __forceinline__ void cu_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+#endif
