@@ -350,12 +350,18 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
         }
     }
     if (S == 1) return;
-    __threadfence();
+    /* One fence, in the thread that takes the ticket: the barrier orders every thread's partial before it,
+     * and the fence is cumulative (PTX memory model), so the block's partials are visible before the ticket;
+     * the last block's fence after the ticket orders its reads after everyone's partials. A fence in every
+     * thread was 9 % of a small matmul's samples (ncu: MEMBAR.SC.GPU waits). */
     __syncthreads();
-    if (threadIdx.x == 0) *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);
+    if (threadIdx.x == 0) {
+        __threadfence();
+        *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);
+        __threadfence();
+    }
     __syncthreads();
     if (!*last) return;
-    __threadfence();
     const int rows_here = min(4 * NT, n - row0);
     for (int i = threadIdx.x; i < GT_OUT * rows_here; i += GT_THREADS) {
         const int64_t o = ob * GT_OUT + (i % GT_OUT), r = row0 + i / GT_OUT;
@@ -405,28 +411,31 @@ __global__ void __launch_bounds__(GT_THREADS, GT_MIN_BLOCKS)
     const int S = i == 0 ? job.S[0] : i == 1 ? job.S[1] : i == 2 ? job.S[2] : job.S[3];
     const int b0 = i == 0 ? job.start[0] : i == 1 ? job.start[1] : i == 2 ? job.start[2] : job.start[3];
 
+    /* Index math in 32 bits (unsigned divisions: 64-bit ones were most of the block's start, ncu): outputs
+     * < 2^31, units per row < 2^26, blocks < 2^31 (the launch checks); byte offsets widen at the end. */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const int n_rc = (n + 4 * NT - 1) / (4 * NT);
-    const int64_t n_ob = (W.n_out + GT_OUT - 1) / GT_OUT;
-    const int local = (int)blockIdx.x - b0, bx = (int)(local % (n_ob * n_rc)), s = (int)(local / (n_ob * n_rc));
-    const int rc = bx % n_rc;
-    const int64_t ob = bx / n_rc;
+    const unsigned n_rc = (unsigned)(n + 4 * NT - 1) / (4 * NT);
+    const int n_out = (int)W.n_out, K = (int)W.n_in, U = K / C::UK;
+    const unsigned n_ob = (unsigned)(n_out + GT_OUT - 1) / GT_OUT, per_s = n_ob * n_rc;
+    const unsigned local = blockIdx.x - (unsigned)b0, bxu = local % per_s;
+    const int bx = (int)bxu, s = (int)(local / per_s);
+    const int rc = (int)(bxu % n_rc), ob = (int)(bxu / n_rc);
     const int row0 = rc * 4 * NT;
     const int nt = min(NT, (n - row0 + 3) / 4);
-    const int64_t K = W.n_in, U = K / C::UK;
-    const int64_t u_begin = s * U / S, u_end = (s + 1) * U / S;
-    const int us = (int)(u_end - u_begin);
-    const int64_t o0 = ob * GT_OUT + warp * 16;
-    const bool wact = o0 < W.n_out;
-    const int64_t og = min(o0 + (lane >> 2), W.n_out - 1), og8 = min(o0 + (lane >> 2) + 8, W.n_out - 1);
-    const int64_t row_bytes = Q ? K / 2 : K * 2;
-    const int64_t lane_off = u_begin * C::UB + t * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
-    const unsigned char *p0 = (const unsigned char *)W.w + og * row_bytes + lane_off;
-    const unsigned char *p8 = (const unsigned char *)W.w + og8 * row_bytes + lane_off;
-    const int64_t gpr = Q ? K / (Q ? Q : 1) : 0;
+    const int u_begin = (int)((unsigned)(s * U) / (unsigned)S), u_end = (int)((unsigned)((s + 1) * U) / (unsigned)S);
+    const int us = u_end - u_begin;
+    const int o0 = ob * GT_OUT + warp * 16;
+    const bool wact = o0 < n_out;
+    const int og = min(o0 + (lane >> 2), n_out - 1), og8 = min(o0 + (lane >> 2) + 8, n_out - 1);
+    const int row_bytes = Q ? K / 2 : K * 2; /* < 2^31: K < 2^30 */
+    const int lane_off = u_begin * C::UB + t * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
+    const unsigned char *p0 = (const unsigned char *)W.w + (int64_t)og * row_bytes + lane_off;
+    const unsigned char *p8 = (const unsigned char *)W.w + (int64_t)og8 * row_bytes + lane_off;
+    const int gpr = Q ? K / (Q ? Q : 1) : 0;
     const unsigned short *sc = (const unsigned short *)W.scales, *bi = (const unsigned short *)W.biases;
-    const unsigned short *s0 = sc + og * gpr, *s8 = sc + og8 * gpr, *bb0 = bi + og * gpr, *bb8 = bi + og8 * gpr;
-    const int ub = (int)u_begin;
+    const int64_t g0 = (int64_t)og * gpr, g8 = (int64_t)og8 * gpr;
+    const unsigned short *s0 = sc + g0, *s8 = sc + g8, *bb0 = bi + g0, *bb8 = bi + g8;
+    const int ub = u_begin;
 
     /* the ring's first loads go out before the staging, so their latency overlaps it */
     uint32_t w[D][2][C::WPU];
