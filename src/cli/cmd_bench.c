@@ -230,13 +230,13 @@ static qstatus engine_prefill_seconds(qwen35_model *m, int n, int kv_grow, doubl
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *backend = NULL;
     int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
-    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_bf16 = 0;
+    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_bf16 = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
                    "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
-                   "                   [--kv-type f32|bf16]\n"
+                   "                   [--kv-type bf16|f32]\n"
                    "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
                    "                                        K/V whole vs growing in 1024-row steps)\n"
                    "                   [--profile]         (CUDA: per-op GPU time after each figure;\n"

@@ -38,11 +38,11 @@ int cmd_inspect(int argc, char **argv) {
     long long ctx = 0, parallel = 1;
     double pc_gib = 0, reserve_gib = -1;
     const char *backend = NULL;
-    int kv_bf16 = 0;
+    int kv_bf16 = 1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: quill inspect [MODEL_DIR] [--context C] [--parallel N] [--prompt-cache-gib G]\n"
-                   "                     [--memory-reserve-gib R] [--backend cpu|cuda] [--kv-type f32|bf16]\n");
+                   "                     [--memory-reserve-gib R] [--backend cpu|cuda] [--kv-type bf16|f32]\n");
             return 0;
         } else if (!strcmp(argv[i], "--prompt-cache-gib") && i + 1 < argc) {
             if (cli_parse_float(argv[++i], &pc_gib) || pc_gib < 0) { fprintf(stderr, "quill inspect: bad --prompt-cache-gib\n"); return 2; }

@@ -35,7 +35,7 @@ static void run_usage(FILE *f) {
             "  --dump-logits PATH   write the last prompt position's logits (float32 LE)\n"
             "  --backend cpu|cuda   (default: cuda when a GPU is present, else cpu)\n"
             "  --threads N          CPU threads (default: all cores)\n"
-            "  --kv-type f32|bf16   K/V cache element type (default f32)\n");
+            "  --kv-type bf16|f32   K/V cache element type (default bf16)\n");
 }
 
 /* Parses "1,2,3" into an owned array. Returns -1 on a malformed list. */
@@ -109,7 +109,7 @@ static int text_prompt(const char *dir, char kind, const char *arg, qtokenizer *
 int cmd_run(int argc, char **argv) {
     const char *model_arg = NULL, *ids_arg = NULL, *dump = NULL, *backend = NULL, *text_arg = NULL;
     char text_kind = 0;
-    int print_ids = 0, kv_bf16 = 0;
+    int print_ids = 0, kv_bf16 = 1;
     qgen_params gp = {.n_predict = 32, .prefill_chunk = 512, .sampling = qsampling_default()};
     long long threads = 0;
     for (int i = 1; i < argc; i++) {

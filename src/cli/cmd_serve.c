@@ -36,8 +36,8 @@ static void serve_usage(FILE *f) {
             "                       holds --context rows from its first use)\n"
             "  --kv-budget-rows N   K/V rows all slots may hold together (default parallel x context);\n"
             "                       a request is charged prompt + max_tokens rows and waits until it fits\n"
-            "  --kv-type f32|bf16   K/V cache element type (default f32; bf16 holds half the bytes and reads\n"
-            "                       half at long contexts, each K/V value rounded to bf16)\n"
+            "  --kv-type bf16|f32   K/V cache element type (default bf16: each K/V value rounded to bf16 as it\n"
+            "                       is written; f32 holds twice the bytes and reads twice at long contexts)\n"
             "  --memory-reserve-gib G  memory left free by the startup fit (default max(10 %%, 2 GiB))\n"
             "  --prefill-chunk N    prompt rows per round (default 512)\n"
             "  --queue N            requests waiting for a slot; beyond it 503 + Retry-After (default 64)\n"
@@ -60,7 +60,7 @@ typedef struct serve_opts {
 /* 0: run; 1: printed help; 2: usage error. */
 static int parse_opts(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .prefill_chunk = 512, .queue = 64,
-                      .kv_grow = -1, .reserve_gib = -1};
+                      .kv_grow = -1, .reserve_gib = -1, .kv_bf16 = 1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {

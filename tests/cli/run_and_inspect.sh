@@ -41,9 +41,9 @@ a=$("$quill" run --prompt-ids 1,2 -n 16 --temperature 0.9 --top-p 0.9 --seed 42 
 b=$("$quill" run --prompt-ids 1,2 -n 16 --temperature 0.9 --top-p 0.9 --seed 42 2>/dev/null)
 check "seeded sampling reproducible" test "$a" = "$b"
 
-# --kv-type bf16: a greedy run completes (8 ids); a bad type is a usage error
-out=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos --kv-type bf16 2>/dev/null)
-check "run --kv-type bf16 prints 8 ids" bash -c "echo '$out' | grep -Eq '^[0-9]+( [0-9]+){7}$'"
+# --kv-type f32 (the default is bf16): a greedy run completes (8 ids); a bad type is a usage error
+out=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos --kv-type f32 2>/dev/null)
+check "run --kv-type f32 prints 8 ids" bash -c "echo '$out' | grep -Eq '^[0-9]+( [0-9]+){7}$'"
 "$quill" run --prompt-ids 1 --kv-type f16 >/dev/null 2>&1; check "run --kv-type f16 -> 2" test $? -eq 2
 
 # errors: usage errors exit 2, runtime errors exit 1 with a message
@@ -68,10 +68,10 @@ check "truncated checkpoint names the file" grep -q "model.safetensors" "$tmp/e4
 "$quill" inspect >"$tmp/inspect" 2>&1; check "inspect exits 0" test $? -eq 0
 check "inspect shows layers" grep -q "gated deltanet" "$tmp/inspect"
 check "inspect shows K/V per token" grep -q "K/V per token" "$tmp/inspect"
-"$quill" inspect --kv-type bf16 >"$tmp/ib" 2>&1
+"$quill" inspect --kv-type f32 >"$tmp/ib" 2>&1
 kib() { sed -n 's/.*K\/V per token *\([0-9.]*\) KiB.*/\1/p' "$1"; }
-check "inspect --kv-type bf16: half the K/V per token" \
-  python3 -c "import sys; a, b = float('$(kib "$tmp/inspect")'), float('$(kib "$tmp/ib")'); sys.exit(abs(a - 2 * b) > 0.11)"
+check "inspect --kv-type f32: twice the default (bf16) K/V per token" \
+  python3 -c "import sys; a, b = float('$(kib "$tmp/inspect")'), float('$(kib "$tmp/ib")'); sys.exit(abs(b - 2 * a) > 0.11)"
 "$quill" inspect "$src/tests/fixtures/models/gqa4-v2k-mlx4" >"$tmp/i2" 2>&1
 check "inspect MLX model shows affine" grep -q "MLX affine" "$tmp/i2"
 

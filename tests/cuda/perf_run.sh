@@ -81,7 +81,7 @@ if has decode; then
     q 90 "decode $w" X=1 $B --prefill '' --contexts 0,32768 --streams 4,16,64 --steps 16
     q 40 "decode $w, graphs on" QUILL_CUDA_GRAPHS=1 $B --prefill '' --contexts 0 --streams '' --steps 16
     q 40 "decode $w, PDL off" QUILL_CUDA_PDL=0 $B --prefill '' --contexts 0 --streams 4 --steps 16
-    q 90 "decode $w, bf16 K/V" X=1 $B --kv-type bf16 --prefill '' --contexts 0,32768 --streams 16,64 --steps 16
+    q 90 "decode $w, f32 K/V" X=1 $B --kv-type f32 --prefill '' --contexts 0,32768 --streams 16,64 --steps 16
     q 60 "decode $w, bf16 K/V, SIMT attention" QUILL_CUDA_ATT_TC=0 $B --kv-type bf16 --prefill '' --contexts 0,32768 \
       --streams '' --steps 16
   done

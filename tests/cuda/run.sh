@@ -45,14 +45,14 @@ pdl_same() {
 }
 step "decode with and without programmatic launch: same bits" pdl_same
 [ "${QUILL_CUDA_QUICK:-0}" = 1 ] || {
-step "compute-sanitizer memcheck: quill run" compute-sanitizer --tool memcheck --error-exitcode 9 \
+step "compute-sanitizer memcheck: quill run (bf16 K/V)" compute-sanitizer --tool memcheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 8
-step "compute-sanitizer memcheck: quill run, bf16 K/V" compute-sanitizer --tool memcheck --error-exitcode 9 \
-     "$build/quill" run --backend cuda --kv-type bf16 --prompt-ids 1,2,3,4,5,6,7,8 -n 8
-step "compute-sanitizer racecheck: quill run" compute-sanitizer --tool racecheck --error-exitcode 9 \
+step "compute-sanitizer memcheck: quill run, f32 K/V" compute-sanitizer --tool memcheck --error-exitcode 9 \
+     "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 8
+step "compute-sanitizer racecheck: quill run, f32 K/V" compute-sanitizer --tool racecheck --error-exitcode 9 \
+     "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
+step "compute-sanitizer racecheck: quill run (bf16 K/V)" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
-step "compute-sanitizer racecheck: quill run, bf16 K/V" compute-sanitizer --tool racecheck --error-exitcode 9 \
-     "$build/quill" run --backend cuda --kv-type bf16 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 }
 grep -E '^\|' "$log" | grep -v -- '---' | head -60
 grep -E "rel err" "$log" | head -40

@@ -33,16 +33,17 @@ test('8 prompts alone, then all at once: identical token hashes', async () => {
   assert.deepEqual(streamed, alone);
 });
 
-// --kv-type bf16: a server keeping its K/V in bf16 says so on /memory (half the bytes per row of the
-// default's) and keeps the contract: 4 prompts alone and then together give identical token hashes.
-test('--kv-type bf16: /memory reports it, alone and together agree', async () => {
-  const f32 = (await (await fetch(`${URL}/memory`)).json()).kv;
-  const srv = await startServer(['--parallel', '4', '--kv-type', 'bf16']);
+// --kv-type f32: a server keeping its K/V in f32 (the default is bf16) says so on /memory (twice the
+// bytes per row of the default's) and keeps the contract: 4 prompts alone and then together give
+// identical token hashes.
+test('--kv-type f32: /memory reports it, alone and together agree', async () => {
+  const bf16 = (await (await fetch(`${URL}/memory`)).json()).kv;
+  const srv = await startServer(['--parallel', '4', '--kv-type', 'f32']);
   try {
     const kv = (await (await fetch(`${srv.url}/memory`)).json()).kv;
-    assert.equal(f32.type, 'f32');
-    assert.equal(kv.type, 'bf16');
-    assert.equal(2 * kv.bytes_per_row, f32.bytes_per_row);
+    assert.equal(bf16.type, 'bf16');
+    assert.equal(kv.type, 'f32');
+    assert.equal(2 * bf16.bytes_per_row, kv.bytes_per_row);
     const oa2 = client(srv.url);
     const go = (p, i) => (i % 2 === 0 ? oa2.completions.create(req(p, i)) : oa2.chat.completions.create(req(p, i)));
     const four = PROMPTS.slice(0, 4);
