@@ -8,12 +8,13 @@
 
 static void attention_case(qwfmt fmt) {
     const int nq = 8, nkv = 2, D = 256, rot = 64, ctx = 300;
-    /* two seqs: A prefill rows at 0..99, B rows at 180..185 (after a prefix we write first) */
-    const int n = 106;
+    /* two seqs: A prefill rows at 0..99, B decode rows at 250..273 (a draft block after a prefix we write
+     * first; its rows from 272 on see the new keys 256..271 in the first tile of their second split) */
+    const int NB = 24, PB = 250, n = 100 + NB;
     buf q = mk_rand((size_t)n * nq * D, 1.0f), k = mk_rand((size_t)n * nkv * D, 1.0f), v = mk_rand((size_t)n * nkv * D, 1.0f);
-    int32_t pos[106];
+    int32_t pos[100 + 24];
     for (int i = 0; i < 100; i++) pos[i] = i;
-    for (int i = 0; i < 6; i++) pos[100 + i] = 180 + i;
+    for (int i = 0; i < NB; i++) pos[100 + i] = PB + i;
     buf p = mk(sizeof pos, pos);
     OK(cpu->ops->rope(cpu, q.c, n, nq, D, rot, p.c, 1e7f));
     OK(gpu->ops->rope(gpu, q.g, n, nq, D, rot, p.g, 1e7f));
@@ -21,7 +22,7 @@ static void attention_case(qwfmt fmt) {
     buf kcA = mk_cache((size_t)ctx * nkv * D, fmt), vcA = mk_cache((size_t)ctx * nkv * D, fmt);
     buf kcB = mk_cache((size_t)ctx * nkv * D, fmt), vcB = mk_cache((size_t)ctx * nkv * D, fmt);
     buf out = mk((size_t)n * nq * D * 4, NULL);
-    qseq seqs[2] = {{0, 100, 0, 1}, {100, 6, 180, 0}};
+    qseq seqs[2] = {{0, 100, 0, 1}, {100, NB, PB, 0}};
     void *kc_c[2] = {kcA.c, kcB.c}, *vc_c[2] = {vcA.c, vcB.c}, *kc_g[2] = {kcA.g, kcB.g}, *vc_g[2] = {vcA.g, vcB.g};
     OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, 2, kc_c, vc_c, fmt, nq, nkv, D, 1.0f / 16, out.c));
     OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, 2, kc_g, vc_g, fmt, nq, nkv, D, 1.0f / 16, out.g));
@@ -32,10 +33,10 @@ static void attention_case(qwfmt fmt) {
     expect_same_buf(name, kcB);
     expect_same_buf(name, vcA);
     /* EXACT(batch): seq B alone gives the same bits */
-    size_t ob = (size_t)6 * nq * D * 4;
+    size_t ob = (size_t)NB * nq * D * 4;
     float *together = malloc(ob), *alone = malloc(ob);
     OK(gpu->ops->download(gpu, together, (float *)out.g + (size_t)100 * nq * D, ob));
-    qseq only_b = {100, 6, 180, 0};
+    qseq only_b = {100, NB, PB, 0};
     OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &only_b, 1, &kc_g[1], &vc_g[1], fmt, nq, nkv, D, 1.0f / 16, out.g));
     OK(gpu->ops->download(gpu, alone, (float *)out.g + (size_t)100 * nq * D, ob));
     expect_same("  attention seq alone vs with another", together, alone, ob);
@@ -183,7 +184,7 @@ static void test_gdn(void) {
     rm(x); rm(w); rm(y); rm(stA); rm(stB); rm(a); rm(b); rm(Al); rm(dt); rm(g); rm(be); rm(SA); rm(SB); rm(SC); rm(o);
 }
 
-/* Many decode seqs: their tables no longer fit the kernel parameters (cu_tab, 2 KB: 85 attention rows,
+/* Many decode seqs: their tables no longer fit the kernel parameters (cu_tab, 2 KB: 64 attention rows,
  * 128 GDN seqs), so they are staged and read through a device pointer. One row each at varied positions,
  * against the CPU, and one seq alone vs among all (bitwise). Attention at D 256 (16-byte rows), D 128 (bf16, 6 query
  * heads per kv head) and D 64; with bf16 caches the tensor-core split kernel (QUILL_CUDA_ATT_TC=0: the SIMT one). */

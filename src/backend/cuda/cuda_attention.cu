@@ -415,7 +415,7 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     for (int s = 0; s < n_seqs; s++) {
         if (seqs[s].chunked) continue;
         for (int r = 0; r < seqs[s].n_rows; r++)
-            tab[i++] = (att_row){k_cache[s], v_cache[s], seqs[s].pos0 + r, seqs[s].row0 + r};
+            tab[i++] = (att_row){k_cache[s], v_cache[s], seqs[s].pos0 + r, seqs[s].row0 + r, seqs[s].pos0};
     }
     cu_tab dtab;
     qstatus st = cu_tab_make(be, tab, (size_t)n_rows * sizeof *tab, &dtab);

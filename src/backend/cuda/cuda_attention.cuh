@@ -15,6 +15,7 @@ typedef struct att_row {
     void *kc, *vc;  /* the row's stream caches */
     int pos;        /* the row's position */
     int row;        /* its index in the batch */
+    int new0;       /* its seq's first row's position: keys >= new0 are written by this call */
 } att_row;
 
 /* QUILL_CUDA_ATT_TC=0 keeps bf16 caches on the SIMT split kernel (an A/B of the two in one build; the

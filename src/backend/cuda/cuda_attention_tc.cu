@@ -78,10 +78,11 @@ attention_split_tc_kernel(const float *__restrict__ q, const __grid_constant__ c
     const int n_tiles = (end - start + ATC_KEYS - 1) / ATC_KEYS;
     const uint32_t sm = cu_smem_addr(atc_smem);
 
-    /* Keys before the row's own were written by earlier steps, which are complete once the kernel
-     * before this one runs (programmatic launch: cuda_common.cuh): the first tile goes out before the
-     * wait when it stops short of the row. */
-    const bool early = start + ATC_KEYS <= rw.pos;
+    /* Keys before the seq's first row of this call were written by earlier steps, which are complete once
+     * the kernel before this one runs (programmatic launch: cuda_common.cuh): the first tile goes out
+     * before the wait when it stops short of them. (Not the row's own position: the rows of a draft block
+     * before it are written by the K/V write kernel just before this one.) */
+    const bool early = start + ATC_KEYS <= rw.new0;
     if (early) atc_load_tile<D>(sm, kc, vc, kstride, start, end, lane);
     cu_pdl_enter();
     if (!early) atc_load_tile<D>(sm, kc, vc, kstride, start, end, lane);
