@@ -164,7 +164,8 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
                 if (SPLIT) cu_ldsm_x4(cu_smem_addr(sQl) + qo, ql[0], ql[1], ql[2], ql[3]);
 #pragma unroll
                 for (int np = 0; np < FA_BN / 16; np++) {
-                    const uint32_t ko = cu_swz<D>(16 * np + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1));
+                    const uint32_t ko =
+                        cu_swz<D>(16 * np + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1));
                     uint32_t k0, k1, k2, k3;
                     cu_ldsm_x4(cu_smem_addr(sKh) + ko, k0, k1, k2, k3);
                     cu_mma_bf16(s[2 * np], qh, k0, k1);
