@@ -278,7 +278,7 @@ int cmd_bench(int argc, char **argv) {
     double bw = copy_bandwidth(be);
     int64_t wb = decode_weight_bytes(m);
     printf("model %s, backend %s, K/V %s, weights %.2f GB held, %.3f GB read per decode step\n", dir, be->ops->name,
-           kv_bf16 ? "bf16" : "f32", m->w.n_bytes / 1e9, wb / 1e9);
+           qwen35_kv_type_name(&m->cfg), m->w.n_bytes / 1e9, wb / 1e9);
     printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n\n", bw / 1e9,
            bw > 0 ? bw / (double)wb : 0.0);
     int rc = 0;

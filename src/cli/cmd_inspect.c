@@ -129,7 +129,7 @@ int cmd_inspect(int argc, char **argv) {
     /* memory arithmetic (states in f32, K/V in --kv-type) */
     double kv_tok = (double)qwen35_kv_bytes_per_token(&cfg);
     double gdn = (double)qwen35_gdn_state_bytes(&cfg);
-    printf("\nmemory (%s K/V, f32 states)\n", kv_bf16 ? "bf16" : "f32");
+    printf("\nmemory (%s K/V, f32 states)\n", qwen35_kv_type_name(&cfg));
     printf("  weights                 %10.1f MiB\n", mib(tb));
     printf("  K/V per token           %10.1f KiB  (%d attention layers x 2 x %d x %d)\n", kv_tok / 1024,
            n_attn, cfg.n_kv_heads, cfg.head_dim);

@@ -227,7 +227,7 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     q_info("quill serve: %s (%s) on http://%s:%lld, backend %s, %d slots x %d positions, K/V %s grow %d, queue %lld",
-           dir, s.model_name, o.host, o.port, be->ops->name, s.n_parallel, n_ctx, o.kv_bf16 ? "bf16" : "f32",
+           dir, s.model_name, o.host, o.port, be->ops->name, s.n_parallel, n_ctx, qwen35_kv_type_name(&m->cfg),
            ep.kv_grow, o.queue);
 
     int sig = http_wait_signal();

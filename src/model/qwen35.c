@@ -41,6 +41,7 @@ static int conv_dim(const qwen35_config *c) {
 }
 
 qwfmt qwen35_kv_fmt(const qwen35_config *c) { return c->kv_bf16 ? QW_BF16 : QW_F32; }
+const char *qwen35_kv_type_name(const qwen35_config *c) { return c->kv_bf16 ? "bf16" : "f32"; }
 
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *c) {
     int n_attn = 0;

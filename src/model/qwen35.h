@@ -124,8 +124,10 @@ qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n_rows, qwen35_sta
 qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
                           float *logits, int32_t *argmax);
 
-/* The K/V caches' element format: QW_BF16 with cfg->kv_bf16 (--kv-type bf16), else QW_F32. */
+/* The K/V caches' element format: QW_BF16 with cfg->kv_bf16 (--kv-type bf16), else QW_F32; and its
+ * --kv-type name ("bf16", "f32"). */
 qwfmt qwen35_kv_fmt(const qwen35_config *cfg);
+const char *qwen35_kv_type_name(const qwen35_config *cfg);
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
 int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);

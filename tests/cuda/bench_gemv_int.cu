@@ -59,16 +59,12 @@ __device__ void gi_stage(const float *__restrict__ x, int u0, int us, unsigned c
         unsigned char *ub = sm + (size_t)u * GI_UNIT_BYTES;
         ((uint4 *)ub)[lane] = make_uint4(0u, 0u, 0u, 0u); /* 512 bytes of fragments */
         const float2 v = *(const float2 *)(x + (int64_t)(u0 + u) * 64 + 2 * lane);
-        float mx = fmaxf(fabsf(v.x), fabsf(v.y));
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y)));
         int ex;
         frexpf(mx, &ex); /* mx < 2^ex (mx = 0: ex = 0) */
         const int sh = 30 - ex;
         const int m[2] = {__float2int_rn(ldexpf(v.x, sh)), __float2int_rn(ldexpf(v.y, sh))};
-        float X = v.x + v.y;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) X += __shfl_xor_sync(0xffffffffu, X, o);
+        const float X = warp_sum(v.x + v.y);
         __syncwarp();
         const int t = lane >> 3, j = (lane >> 2) & 1, b = lane & 3;
 #pragma unroll

@@ -391,7 +391,7 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
     }
 }
 
-/* The split kernel for element type T: 16-byte row loads where dim allows (att_row_load). */
+/* The split kernel for element type T: 16-byte row loads where dim allows (att_slot_load). */
 template <typename T> static void (*att_split_for(int dim))(const float *, const cu_tab, int, int, int, float, int, float *) {
     constexpr int V = 16 / sizeof(T);
     return dim % (32 * V) == 0 ? attention_split_kernel<V, T> : attention_split_kernel<1, T>;

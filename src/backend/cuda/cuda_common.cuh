@@ -119,9 +119,9 @@ static inline bool cu_capturing(cudaStream_t st) {
  * reads or writes anything another op touches (weights, which nothing writes, may be read before), and
  * before it returns on any path. A kernel may also read before it what ops two or more launches back
  * wrote: the kernel just before it has passed its own wait, so they are complete (the decode attention
- * loads its first tile of older keys so). cu_pdl_enter waits until the previous grid has completed and its writes
- * are visible, then lets the next grid start; waiting first keeps at most two grids resident. Order and
- * arithmetic are unchanged. On GPUs before sm_90 both are no-ops; QUILL_CUDA_PDL=0 launches plainly. */
+ * loads its first tile of older keys so). cu_pdl_enter waits until the previous grid has completed and its
+ * writes are visible, then lets the next grid start; waiting first keeps at most two grids resident.
+ * Order and arithmetic are unchanged. On GPUs before sm_90 both are no-ops; QUILL_CUDA_PDL=0 launches plainly. */
 __device__ __forceinline__ void cu_pdl_enter(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;\n" ::: "memory");
