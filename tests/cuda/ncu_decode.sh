@@ -5,16 +5,22 @@
 #   quill bench MODEL --backend cuda --prefill '' --contexts 0 --streams '' --steps 2
 # and writes $OUT/ncu_decode.txt (the details page: launch, occupancy, throughput, warp states) and
 # $OUT/ncu_decode_sass.csv (per-instruction stall samples of the first profiled kernel).
-# ARGS replaces the bench's context options (default "--contexts 0"), e.g. "--kv-type bf16 --contexts 32768".
+# ARGS replaces the bench's context options (default "--contexts 0"), e.g. "--kv-type bf16 --contexts 32768";
+# STREAMS profiles an aggregate step instead (e.g. 64: the many-row kernels; ARGS then defaults to "--contexts ''").
 # Usage: MODEL=/tmp/m9q4 [SKIP=200] [COUNT=4] [KERNEL=regex:gemv_tc_kernel] [ARGS=...] bash tests/cuda/ncu_decode.sh
 set -u
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp}
 model=${MODEL:-/tmp/m9q4}
 rep=/tmp/ncu_decode
+streams=${STREAMS:-}
+ctx=0
+[ -n "$streams" ] && ctx=
+read -r -a args <<<"${ARGS:-}"
+[ -n "${ARGS:-}" ] || args=(--contexts "$ctx")
 ncu --clock-control none --set full --import-source yes -k "${KERNEL:-regex:gemv_tc_kernel}" \
   --launch-skip "${SKIP:-200}" --launch-count "${COUNT:-4}" -f -o "$rep" \
-  "${BUILD:-build-cuda}/quill" bench "$model" --backend cuda --prefill '' ${ARGS:---contexts 0} --streams '' --steps 2 \
+  "${BUILD:-build-cuda}/quill" bench "$model" --backend cuda --prefill '' "${args[@]}" --streams "$streams" --steps 2 \
   >"$out/ncu_decode.log" 2>&1 || { tail -20 "$out/ncu_decode.log"; exit 1; }
 ncu -i "$rep.ncu-rep" --page details >"$out/ncu_decode.txt" 2>&1
 ncu -i "$rep.ncu-rep" --page source --csv --print-source sass --launch-count 1 >"$out/ncu_decode_sass.csv" 2>&1

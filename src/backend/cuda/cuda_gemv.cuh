@@ -93,6 +93,16 @@ __device__ __forceinline__ void gt_mma(float (&c)[4], uint32_t a0, uint32_t a1, 
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* c = a b + 0 (a fresh accumulator): the zero goes in as constants, so ptxas can take the zero register
+ * instead of clearing four (ncu at 64 rows: a clearing IMAD per accumulator, 2 per MMA). Same bits. */
+__device__ __forceinline__ void gt_mma0(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                 "{%8,%9}, {%10,%10,%10,%10};\n"
+                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 __device__ __forceinline__ uint32_t gt_pack(float lo_half, float hi_half) { /* exact: both are bf16 values */
     __nv_bfloat162 h = __floats2bfloat162_rn(lo_half, hi_half);
     return *reinterpret_cast<uint32_t *>(&h);
@@ -285,16 +295,17 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
     for (int T = 0; T < NT; T++) {
         if (T >= nt) break; /* uniform */
         if constexpr (Q != 0) {
-            float P[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float P[4];
 #if GT_KSPLIT /* k-steps 0, 1 and 2, 3 in two accumulators: two MMA chains of 2 instead of one of 4 */
-            float R[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float R[4];
             const uint4 f0 = bx[T * tx], f1 = bx[T * tx + 32];
-            gt_mma(P, a[0][0], a[1][0], a[0][1], a[1][1], f0.x, f0.y);
-            gt_mma(R, a[0][4], a[1][4], a[0][5], a[1][5], f1.x, f1.y);
+            gt_mma0(P, a[0][0], a[1][0], a[0][1], a[1][1], f0.x, f0.y);
+            gt_mma0(R, a[0][4], a[1][4], a[0][5], a[1][5], f1.x, f1.y);
             gt_mma(P, a[0][2], a[1][2], a[0][3], a[1][3], f0.z, f0.w);
             gt_mma(R, a[0][6], a[1][6], a[0][7], a[1][7], f1.z, f1.w);
             const float h0 = (P[0] + P[1]) + (R[0] + R[1]), h1 = (P[2] + P[3]) + (R[2] + R[3]);
 #else
+            P[0] = P[1] = P[2] = P[3] = 0.0f;
             gt_ksteps<C::KSU>(P, a, bx + T * tx);
             const float h0 = P[0] + P[1], h1 = P[2] + P[3];
 #endif
@@ -393,6 +404,76 @@ struct gt_job {
     const float *Xs;
 };
 
+/* A block's place in a launch: its weight (from the job), K slice, output block and row chunk, and its
+ * lanes' weight, scale and bias pointers at the slice's first unit. nt4: rows per row chunk / 4. */
+template <int Q> struct gt_place {
+    qweight W;
+    float *y, *part;
+    unsigned *tick;
+    int S, s, bx, ob, row0, us, ub, U, o0;
+    bool wact;
+    const unsigned char *p0, *p8;             /* rows og and og8 */
+    const unsigned short *s0, *s8, *bb0, *bb8; /* their scales and biases (4-bit) */
+};
+template <int Q>
+__device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int nt4, int lane, int warp) {
+    typedef gt_cfg<Q> C;
+    gt_place<Q> P;
+    int i = 0; /* the block's weight: constant indices only, so the job stays in parameter space */
+#pragma unroll
+    for (int q = 1; q < GT_JOB; q++) i += q < job.count && (int)blockIdx.x >= job.start[q];
+    P.W = i == 0 ? job.W[0] : i == 1 ? job.W[1] : i == 2 ? job.W[2] : job.W[3];
+    P.y = i == 0 ? job.y[0] : i == 1 ? job.y[1] : i == 2 ? job.y[2] : job.y[3];
+    P.part = i == 0 ? job.part[0] : i == 1 ? job.part[1] : i == 2 ? job.part[2] : job.part[3];
+    P.tick = i == 0 ? job.tick[0] : i == 1 ? job.tick[1] : i == 2 ? job.tick[2] : job.tick[3];
+    P.S = i == 0 ? job.S[0] : i == 1 ? job.S[1] : i == 2 ? job.S[2] : job.S[3];
+    const int b0 = i == 0 ? job.start[0] : i == 1 ? job.start[1] : i == 2 ? job.start[2] : job.start[3];
+
+    /* Index math in 32 bits (unsigned divisions: 64-bit ones were most of the block's start, ncu): outputs
+     * < 2^31, units per row < 2^26, blocks < 2^31 (the launch checks); byte offsets widen at the end. */
+    const int t = lane & 3;
+    const unsigned n_rc = (unsigned)(n + 4 * nt4 - 1) / (4 * nt4);
+    const int n_out = (int)P.W.n_out, K = (int)P.W.n_in;
+    P.U = K / C::UK;
+    const unsigned n_ob = (unsigned)(n_out + GT_OUT - 1) / GT_OUT, per_s = n_ob * n_rc;
+    const unsigned local = blockIdx.x - (unsigned)b0, bxu = local % per_s;
+    P.bx = (int)bxu, P.s = (int)(local / per_s);
+    const int rc = (int)(bxu % n_rc);
+    P.ob = (int)(bxu / n_rc);
+    P.row0 = rc * 4 * nt4;
+    const int u_begin = (int)((unsigned)(P.s * P.U) / (unsigned)P.S);
+    const int u_end = (int)((unsigned)((P.s + 1) * P.U) / (unsigned)P.S);
+    P.us = u_end - u_begin, P.ub = u_begin;
+    P.o0 = P.ob * GT_OUT + warp * 16;
+    P.wact = P.o0 < n_out;
+    const int og = min(P.o0 + (lane >> 2), n_out - 1), og8 = min(P.o0 + (lane >> 2) + 8, n_out - 1);
+    const int row_bytes = Q ? K / 2 : K * 2; /* < 2^31: K < 2^30 */
+    const int lane_off = u_begin * C::UB + t * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
+    P.p0 = (const unsigned char *)P.W.w + (int64_t)og * row_bytes + lane_off;
+    P.p8 = (const unsigned char *)P.W.w + (int64_t)og8 * row_bytes + lane_off;
+    const int gpr = Q ? K / (Q ? Q : 1) : 0;
+    const unsigned short *sc = (const unsigned short *)P.W.scales, *bi = (const unsigned short *)P.W.biases;
+    const int64_t g0 = (int64_t)og * gpr, g8 = (int64_t)og8 * gpr;
+    P.s0 = sc + g0, P.s8 = sc + g8, P.bb0 = bi + g0, P.bb8 = bi + g8;
+    return P;
+}
+
+/* The ring's first D units (and their scales): issued before the block waits for x, so that their latency
+ * overlaps the staging. */
+template <int Q, int D>
+__device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w)[D][2][gt_cfg<Q>::WPU],
+                                              uint32_t (&sb)[D / 4][4], int t) {
+    if (!P.wact) return;
+#pragma unroll
+    for (int d = 0; d < D; d++)
+        if (d < P.us) gt_wload<Q>(w[d], P.p0 + d * gt_cfg<Q>::UB, P.p8 + d * gt_cfg<Q>::UB);
+    if constexpr (Q != 0) {
+#pragma unroll
+        for (int q = 0; q < D / 4; q++)
+            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.s8, P.bb0, P.bb8, P.ub, 4 * q, P.us, t);
+    }
+}
+
 template <int Q, int NT, bool PRE> /* PRE: x comes split (job.xs), else each block stages its slice */
 __global__ void __launch_bounds__(GT_THREADS, GT_MIN_BLOCKS)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
@@ -400,61 +481,18 @@ __global__ void __launch_bounds__(GT_THREADS, GT_MIN_BLOCKS)
     constexpr int D = Q && NT >= 4 ? 4 : C::DEPTH; /* many tiles: more work per unit, fewer registers */
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
-
-    int i = 0; /* the block's weight: constant indices only, so the job stays in parameter space */
-#pragma unroll
-    for (int q = 1; q < GT_JOB; q++) i += q < job.count && (int)blockIdx.x >= job.start[q];
-    const qweight W = i == 0 ? job.W[0] : i == 1 ? job.W[1] : i == 2 ? job.W[2] : job.W[3];
-    float *const y = i == 0 ? job.y[0] : i == 1 ? job.y[1] : i == 2 ? job.y[2] : job.y[3];
-    float *const part = i == 0 ? job.part[0] : i == 1 ? job.part[1] : i == 2 ? job.part[2] : job.part[3];
-    unsigned *const tick = i == 0 ? job.tick[0] : i == 1 ? job.tick[1] : i == 2 ? job.tick[2] : job.tick[3];
-    const int S = i == 0 ? job.S[0] : i == 1 ? job.S[1] : i == 2 ? job.S[2] : job.S[3];
-    const int b0 = i == 0 ? job.start[0] : i == 1 ? job.start[1] : i == 2 ? job.start[2] : job.start[3];
-
-    /* Index math in 32 bits (unsigned divisions: 64-bit ones were most of the block's start, ncu): outputs
-     * < 2^31, units per row < 2^26, blocks < 2^31 (the launch checks); byte offsets widen at the end. */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const unsigned n_rc = (unsigned)(n + 4 * NT - 1) / (4 * NT);
-    const int n_out = (int)W.n_out, K = (int)W.n_in, U = K / C::UK;
-    const unsigned n_ob = (unsigned)(n_out + GT_OUT - 1) / GT_OUT, per_s = n_ob * n_rc;
-    const unsigned local = blockIdx.x - (unsigned)b0, bxu = local % per_s;
-    const int bx = (int)bxu, s = (int)(local / per_s);
-    const int rc = (int)(bxu % n_rc), ob = (int)(bxu / n_rc);
-    const int row0 = rc * 4 * NT;
-    const int nt = min(NT, (n - row0 + 3) / 4);
-    const int u_begin = (int)((unsigned)(s * U) / (unsigned)S), u_end = (int)((unsigned)((s + 1) * U) / (unsigned)S);
-    const int us = u_end - u_begin;
-    const int o0 = ob * GT_OUT + warp * 16;
-    const bool wact = o0 < n_out;
-    const int og = min(o0 + (lane >> 2), n_out - 1), og8 = min(o0 + (lane >> 2) + 8, n_out - 1);
-    const int row_bytes = Q ? K / 2 : K * 2; /* < 2^31: K < 2^30 */
-    const int lane_off = u_begin * C::UB + t * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
-    const unsigned char *p0 = (const unsigned char *)W.w + (int64_t)og * row_bytes + lane_off;
-    const unsigned char *p8 = (const unsigned char *)W.w + (int64_t)og8 * row_bytes + lane_off;
-    const int gpr = Q ? K / (Q ? Q : 1) : 0;
-    const unsigned short *sc = (const unsigned short *)W.scales, *bi = (const unsigned short *)W.biases;
-    const int64_t g0 = (int64_t)og * gpr, g8 = (int64_t)og8 * gpr;
-    const unsigned short *s0 = sc + g0, *s8 = sc + g8, *bb0 = bi + g0, *bb8 = bi + g8;
-    const int ub = u_begin;
+    const gt_place<Q> P = gt_locate<Q>(job, n, NT, lane, warp);
+    const int nt = min(NT, (n - P.row0 + 3) / 4), us = P.us;
 
-    /* the ring's first loads go out before the staging, so their latency overlaps it */
     uint32_t w[D][2][C::WPU];
     uint32_t sb[D / 4][4];
-    if (wact) {
-#pragma unroll
-        for (int d = 0; d < D; d++)
-            if (d < us) gt_wload<Q>(w[d], p0 + d * C::UB, p8 + d * C::UB);
-        if constexpr (Q != 0) {
-#pragma unroll
-            for (int q = 0; q < D / 4; q++)
-                if (4 * q < us) gt_sload<Q>(sb[q], s0, s8, bb0, bb8, ub, 4 * q, us, t);
-        }
-    }
+    gt_ring_start<Q, D>(P, w, sb, t);
     cu_pdl_enter(); /* x, the partials and the tickets are the previous ops' */
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
-    if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, U, row0, nt, u_begin, us, sx, sX);
-    else gt_stage<Q>(x, n, K, row0, nt, u_begin, us, sx, sX, threadIdx.x, GT_THREADS);
+    if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
+    else gt_stage<Q>(x, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS);
     __syncthreads();
 
     float acc[NT][4];
@@ -462,22 +500,23 @@ __global__ void __launch_bounds__(GT_THREADS, GT_MIN_BLOCKS)
     for (int T = 0; T < NT; T++)
 #pragma unroll
         for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
-    if (wact) {
+    if (P.wact) {
         /* Unit u = base + d sits in ring slot d: full turns first, then the last one or two with checks. */
         const int tx = us * C::SXU, tX = us * 4;
         int base = 0;
         for (; GT_FULL_TURNS(Q, NT) && base + 2 * D <= us; base += D)
-            gt_turn<Q, NT, D, true>(w, sb, p0 + (int64_t)base * C::UB, p8 + (int64_t)base * C::UB,
-                                    sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, s0, s8, bb0,
-                                    bb8, ub, lane, acc);
+            gt_turn<Q, NT, D, true>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                                    sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
+                                    P.bb0, P.bb8, P.ub, lane, acc);
         for (; base < us; base += D)
-            gt_turn<Q, NT, D, false>(w, sb, p0 + (int64_t)base * C::UB, p8 + (int64_t)base * C::UB,
-                                     sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, s0, s8, bb0,
-                                     bb8, ub, lane, acc);
+            gt_turn<Q, NT, D, false>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                                     sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
+                                     P.bb0, P.bb8, P.ub, lane, acc);
     }
-    gt_finish<Q, NT>(acc, n, W, y, part, tick, S, s, row0, nt, ob, o0, wact, lane, bx, &last);
+    gt_finish<Q, NT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane, P.bx, &last);
 }
 
+#include "cuda_gemv_wide.cuh"
 #include "cuda_gemv_plan.cuh"
 #include "cuda_gemv_simt.cuh"
 

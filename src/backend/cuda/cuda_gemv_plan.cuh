@@ -52,9 +52,15 @@ static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
     const int S = gemv_tc_split(W, gemv_tc_kind(W));
     return S > 1 ? (size_t)S * (size_t)n * (size_t)W->n_out : 0;
 }
-/* Row tiles of a launch for count weights sharing n rows: the fewest any of them takes, so every
- * block's staged slice fits (a launch of one weight: that weight's own). */
+/* Row tiles of a launch for count weights sharing n rows. Many rows (gemv_wide_kernel): enough for n, up
+ * to GW_MAX_TILES. Else the fewest any of the weights takes, so every block's staged slice fits (a launch
+ * of one weight: that weight's own). */
 static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *const *W) {
+    if (n > GW_MIN_ROWS) {
+        int nt = 4;
+        while (nt < GW_MAX_TILES && nt * 4 < n) nt *= 2;
+        return nt;
+    }
     int nt = GT_MAX_TILES;
     for (int i = 0; i < count; i++) nt = min(nt, gemv_tc_tiles(W[i], kind, n));
     return nt;
@@ -69,6 +75,7 @@ static inline size_t gemv_tc_ticks(const qweight *W, int n, int nt) {
 /* More rows than GT_PRE_ROWS: x is split once per launch into `pre` (gemv_tc_pre_bytes), not by every
  * block (at 64 rows the blocks' staging was ~40 % of the kernel's instructions). */
 #define GT_PRE_ROWS 4
+static_assert(GW_MIN_ROWS >= GT_PRE_ROWS, "the wide kernel reads x split by gemv_split_kernel");
 static inline size_t gemv_tc_pre_bytes(const qweight *W, int n) {
     const int kind = gemv_tc_kind(W);
     if (n <= GT_PRE_ROWS || kind < 0) return 0;
@@ -86,11 +93,28 @@ template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
     e = gt_attr(gemv_tc_kernel<Q, 4, true>, e);
     return gt_attr(gemv_tc_kernel<Q, 8, true>, e);
 }
-static inline cudaError_t gemv_tc_init(void) { return gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess))); }
+template <int Q, int NT> static inline cudaError_t gw_attr(cudaError_t e) {
+    static_assert(gw_cfg<Q, NT>::SMEM <= GW_SMEM_MAX, "a wide block's stages must fit an SM");
+    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_wide_kernel<Q, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   gw_cfg<Q, NT>::SMEM)
+                            : e;
+}
+template <int Q> static inline cudaError_t gw_attr_q(cudaError_t e) {
+    return gw_attr<Q, 16>(gw_attr<Q, 8>(gw_attr<Q, 4>(e)));
+}
+static inline cudaError_t gemv_tc_init(void) {
+    const cudaError_t e = gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess)));
+    return gw_attr_q<128>(gw_attr_q<64>(gw_attr_q<0>(e)));
+}
 
 template <int Q>
 static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_t st, const float *x, int n,
                                       const gt_job &job) {
+    if (n > GW_MIN_ROWS) {
+        if (nt == 4) return cu_launch(gemv_wide_kernel<Q, 4>, blocks, GT_THREADS, gw_cfg<Q, 4>::SMEM, st, n, job);
+        if (nt == 8) return cu_launch(gemv_wide_kernel<Q, 8>, blocks, GT_THREADS, gw_cfg<Q, 8>::SMEM, st, n, job);
+        return cu_launch(gemv_wide_kernel<Q, 16>, blocks, GT_THREADS, gw_cfg<Q, 16>::SMEM, st, n, job);
+    }
     void (*k)(const float *, int, const gt_job) = !job.xs ? gemv_tc_kernel<Q, 1, false> /* n <= 4: nt = 1 */
                                                   : nt == 1 ? gemv_tc_kernel<Q, 1, true>
                                                   : nt == 2 ? gemv_tc_kernel<Q, 2, true>
