@@ -136,6 +136,14 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 #ifndef GT_MIN_BLOCKS
 #define GT_MIN_BLOCKS 2 /* blocks per SM the register budget is sized for */
 #endif
+/* The lean variant of the one-tile 4-bit kernel: a ring of 4 units and registers for 3 blocks per SM
+ * (tune_gemv, one row, pipelined: 12288x4096 20.3 -> 14.8 us, the head 248 -> 238; but 4096x4096 8.7 -> 9.0
+ * and 4096x12288 15.4 -> 18.4, launches of one wave at 2 blocks per SM). The launch takes it when its
+ * blocks fill more than GT_LEAN_WAVES waves of 2 blocks per SM. Same arithmetic. */
+#define GT_LEAN_BLOCKS 3
+#ifndef GT_LEAN_WAVES
+#define GT_LEAN_WAVES 1
+#endif
 /* Turns without checks (gt_turn FULL): tune_gemv measured bf16 faster with them at every row count (the
  * head 540 -> 502 us at one row, 2365 -> 980 us at 16) and 4-bit faster from 16 rows; 4-bit with fewer
  * tiles runs out of registers with both turn kinds in one kernel (spills) and is slower. */
@@ -474,11 +482,14 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
     }
 }
 
-template <int Q, int NT, bool PRE> /* PRE: x comes split (job.xs), else each block stages its slice */
-__global__ void __launch_bounds__(GT_THREADS, GT_MIN_BLOCKS)
+/* PRE: x comes split (job.xs), else each block stages its slice. MINB: blocks per SM the registers are
+ * budgeted for (GT_LEAN_BLOCKS: the lean variant, a shorter ring). */
+template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS>
+__global__ void __launch_bounds__(GT_THREADS, MINB)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
-    constexpr int D = Q && NT >= 4 ? 4 : C::DEPTH; /* many tiles: more work per unit, fewer registers */
+    /* many tiles or the lean variant: 4 units in flight (more work per unit, or fewer registers) */
+    constexpr int D = Q && (NT >= 4 || MINB == GT_LEAN_BLOCKS) ? 4 : C::DEPTH;
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;

@@ -82,11 +82,36 @@ static inline size_t gemv_tc_pre_bytes(const qweight *W, int n) {
     return (size_t)((n + 3) / 4) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * gemv_tc_tile_unit_bytes(kind);
 }
 
+/* The device's SMs (read once; 132 if it cannot be read). */
+static inline int gt_sms(void) {
+    static int sms; /* racing first callers store the same value */
+    if (!sms) {
+        int dev = 0, v = 0;
+        sms = cudaGetDevice(&dev) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0
+                  ? v
+                  : 132;
+    }
+    return sms;
+}
+
+/* QUILL_CUDA_GEMV_LEAN=0 keeps every one-tile launch on the default variant (an A/B of the two in one build;
+ * the bits are the same). Read once. */
+static inline int gt_lean_on(void) {
+    static int on = -1; /* racing first readers compute the same value */
+    if (on < 0) {
+        const char *e = getenv("QUILL_CUDA_GEMV_LEAN");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
 /* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */
 template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
+    if constexpr (Q != 0) e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, false>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
     e = gt_attr(gemv_tc_kernel<Q, 2, true>, e);
@@ -120,6 +145,9 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
                                                   : nt == 2 ? gemv_tc_kernel<Q, 2, true>
                                                   : nt == 4 ? gemv_tc_kernel<Q, 4, true>
                                                             : gemv_tc_kernel<Q, 8, true>;
+    if constexpr (Q != 0) /* more than a wave at the budget's blocks per SM: the lean variant */
+        if (!job.xs && gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms()))
+            k = gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>;
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
