@@ -50,17 +50,24 @@ qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int 
     return Q_OK;
 }
 
+/* One row's k and v (width values each) into the cache rows kd, vd, by the block's threads. */
+template <typename T>
+__device__ __forceinline__ void kv_write_row(const float *__restrict__ ks, const float *__restrict__ vs, T *kd, T *vd,
+                                             int width) {
+    for (int i = threadIdx.x; i < width; i += blockDim.x) {
+        kv_put(kd + i, ks[i]);
+        kv_put(vd + i, vs[i]);
+    }
+}
+
+/* Prompt rows: block r writes row row0 + r at position pos0 + r. */
 template <typename T>
 __global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v, int row0, int pos0,
                                 int width, T *kc, T *vc) {
     cu_pdl_enter();
     const int r = blockIdx.x;
-    const float *ks = k + (int64_t)(row0 + r) * width, *vs = v + (int64_t)(row0 + r) * width;
-    T *kd = kc + (int64_t)(pos0 + r) * width, *vd = vc + (int64_t)(pos0 + r) * width;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        kv_put(kd + i, ks[i]);
-        kv_put(vd + i, vs[i]);
-    }
+    kv_write_row(k + (int64_t)(row0 + r) * width, v + (int64_t)(row0 + r) * width, kc + (int64_t)(pos0 + r) * width,
+                 vc + (int64_t)(pos0 + r) * width, width);
 }
 
 /* The block's ATT_WARPS warps attend one query head (qr, dim values) to the keys [start, end) of kv
@@ -141,11 +148,8 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
                                      const __grid_constant__ cu_tab rows, int width) {
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
-    T *kc = (T *)rw.kc + (int64_t)rw.pos * width, *vc = (T *)rw.vc + (int64_t)rw.pos * width;
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        kv_put(kc + i, k[(int64_t)rw.row * width + i]);
-        kv_put(vc + i, v[(int64_t)rw.row * width + i]);
-    }
+    kv_write_row(k + (int64_t)rw.row * width, v + (int64_t)rw.row * width, (T *)rw.kc + (int64_t)rw.pos * width,
+                 (T *)rw.vc + (int64_t)rw.pos * width, width);
 }
 
 /* part: [row][head][split][2 + dim] = (max, sum, unnormalised output) over the split's keys.
@@ -332,17 +336,18 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
  * quads: compute-sanitizer once flagged a read past a small table with a static array beside it). */
 #define ATT_COMB_WARPS 8
 #define ATT_COMB_UNROLL 8 /* splits a warp loads before it sums them */
-#define ATT_COMB_MAX_SPLITS 4000 /* m_s, l_s and e_s in 48 KB of shared memory: positions to 1,024,000 */
+#define ATT_COMB_MAX_SPLITS 5000 /* l_s and m_s / e_s in 41 KB of shared memory: positions to 1,280,000 */
 #define ATT_COMB_PAD(n) (((n) + 3) & ~3)
 static size_t att_combine_smem(int max_splits) {
-    return (32 + 3 * (size_t)ATT_COMB_PAD(max_splits) + (size_t)ATT_COMB_WARPS * 32) * sizeof(float);
+    return (32 + 2 * (size_t)ATT_COMB_PAD(max_splits) + (size_t)ATT_COMB_WARPS * 32) * sizeof(float);
 }
 __global__ void __launch_bounds__(ATT_COMB_WARPS * 32)
 attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
                          const float *__restrict__ part, float *__restrict__ out) {
-    extern __shared__ float4 comb4[]; /* red[32], m_s, l_s, e_s (ATT_COMB_PAD(max_splits) each), sums[W][32] */
-    float *red = (float *)comb4, *ms = red + 32, *ls = ms + ATT_COMB_PAD(max_splits);
-    float *es = ls + ATT_COMB_PAD(max_splits), *sums = es + ATT_COMB_PAD(max_splits);
+    /* red[32], l_s, e_s (ATT_COMB_PAD(max_splits) each; e_s holds m_s until it is known), sums[W][32] */
+    extern __shared__ float4 comb4[];
+    float *red = (float *)comb4, *ls = red + 32, *es = ls + ATT_COMB_PAD(max_splits);
+    float *sums = es + ATT_COMB_PAD(max_splits);
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
     const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1, d = blockIdx.z * 32 + (threadIdx.x & 31);
@@ -352,7 +357,7 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
     float m = -INFINITY;
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
         const float2 ml = __ldcg((const float2 *)(p + s * stride)); /* stride is even: 8-byte aligned */
-        ms[s] = ml.x, ls[s] = ml.y, m = fmaxf(m, ml.x);
+        es[s] = ml.x, ls[s] = ml.y, m = fmaxf(m, ml.x);
     }
     m = warp_max(m);
     if (lane == 0) red[warp] = m;
@@ -361,7 +366,7 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
     for (int w = 1; w < ATT_COMB_WARPS; w++) M = fmaxf(M, red[w]);
     float lsum = 0.0f;
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-        const float e = expf(ms[s] - M);
+        const float e = expf(es[s] - M); /* the same thread wrote m_s there */
         es[s] = e;
         lsum += ls[s] * e;
     }

@@ -35,7 +35,7 @@
 
 #include <algorithm>
 
-#include "cuda_common.cuh"
+#include "cuda_mma.cuh"
 
 #define GT_WARPS 8
 #define GT_THREADS (GT_WARPS * 32)
@@ -103,10 +103,6 @@ __device__ __forceinline__ void gt_mma0(float (&c)[4], uint32_t a0, uint32_t a1,
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
-__device__ __forceinline__ uint32_t gt_pack(float lo_half, float hi_half) { /* exact: both are bf16 values */
-    __nv_bfloat162 h = __floats2bfloat162_rn(lo_half, hi_half);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
 
 /* Codes i and i+4 of a word as a bf16 pair (low half = code i): (0x4300 | q) - 128 = q exactly. The mask
  * and the or are one lop3 (C's & then | compile to two: a LOP3 takes one immediate), so a pair costs a
@@ -186,8 +182,8 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int
                             const int j = 2 * jp + q;
                             const int e0 = Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j;
                             const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
-                            b[2 * q] = gt_pack(gt_part(v, h, e0, part), gt_part(v, h, e0 + d, part));
-                            b[2 * q + 1] = gt_pack(gt_part(v, h, e1, part), gt_part(v, h, e1 + d, part));
+                            b[2 * q] = cu_pack_bf16x2(gt_part(v, h, e0, part), gt_part(v, h, e0 + d, part));
+                            b[2 * q + 1] = cu_pack_bf16x2(gt_part(v, h, e1, part), gt_part(v, h, e1 + d, part));
                         }
                     }
                     sx[((size_t)tu * (C::KSU / 2) + jp) * 32 + L] = make_uint4(b[0], b[1], b[2], b[3]);
