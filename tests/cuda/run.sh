@@ -53,6 +53,11 @@ step "compute-sanitizer racecheck: quill run, f32 K/V" compute-sanitizer --tool 
      "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 step "compute-sanitizer racecheck: quill run (bf16 K/V)" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
+# the ops test runs the decode matmul at 37 and 70 rows (gemv_wide_kernel's cp.async stages), which one stream never does
+step "compute-sanitizer memcheck: cuda ops (many-row matmul)" timeout 150 compute-sanitizer --tool memcheck \
+     --error-exitcode 9 "$build/cuda_test_cuda_ops"
+step "compute-sanitizer racecheck: cuda ops (many-row matmul)" timeout 150 compute-sanitizer --tool racecheck \
+     --error-exitcode 9 "$build/cuda_test_cuda_ops"
 }
 grep -E '^\|' "$log" | grep -v -- '---' | head -60
 grep -E "rel err" "$log" | head -40
