@@ -132,10 +132,11 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 #ifndef GT_MIN_BLOCKS
 #define GT_MIN_BLOCKS 2 /* blocks per SM the register budget is sized for */
 #endif
-/* The lean variant of the one-tile 4-bit kernel: a ring of 4 units and registers for 3 blocks per SM
- * (tune_gemv, one row, pipelined: 12288x4096 20.3 -> 14.8 us, the head 248 -> 238; but 4096x4096 8.7 -> 9.0
- * and 4096x12288 15.4 -> 18.4, launches of one wave at 2 blocks per SM). The launch takes it when its
- * blocks fill more than GT_LEAN_WAVES waves of 2 blocks per SM. Same arithmetic. */
+/* The lean variant of the one-tile kernel: a ring of 4 units (4-bit; bf16's is 4 already) and registers
+ * for 3 blocks per SM. tune_gemv, one row, pipelined, 4-bit: 12288x4096 20.3 -> 14.8 us, the head 248 ->
+ * 238; bf16: 31.3 -> 26.8, 491 -> 471; but slower on launches of one wave at 2 blocks per SM (4-bit
+ * 4096x4096 8.7 -> 9.0, 4096x12288 15.4 -> 18.4; bf16 11.7 -> 12.7, 27.6 -> 33.9). So a launch takes it
+ * when its blocks fill more than GT_LEAN_WAVES waves of 2 blocks per SM. Same arithmetic. */
 #define GT_LEAN_BLOCKS 3
 #ifndef GT_LEAN_WAVES
 #define GT_LEAN_WAVES 1
@@ -484,7 +485,7 @@ template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS>
 __global__ void __launch_bounds__(GT_THREADS, MINB)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
-    /* many tiles or the lean variant: 4 units in flight (more work per unit, or fewer registers) */
+    /* 4-bit with many tiles or lean: 4 units in flight (more work per unit, or fewer registers) */
     constexpr int D = Q && (NT >= 4 || MINB == GT_LEAN_BLOCKS) ? 4 : C::DEPTH;
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;

@@ -111,7 +111,7 @@ template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
-    if constexpr (Q != 0) e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, false>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
     e = gt_attr(gemv_tc_kernel<Q, 2, true>, e);
@@ -145,9 +145,9 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
                                                   : nt == 2 ? gemv_tc_kernel<Q, 2, true>
                                                   : nt == 4 ? gemv_tc_kernel<Q, 4, true>
                                                             : gemv_tc_kernel<Q, 8, true>;
-    if constexpr (Q != 0) /* more than a wave at the budget's blocks per SM: the lean variant */
-        if (!job.xs && gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms()))
-            k = gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>;
+    /* more than a wave at the budget's blocks per SM: the lean variant */
+    if (!job.xs && gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms()))
+        k = gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>;
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
