@@ -21,12 +21,8 @@ typedef struct att_row {
 /* QUILL_CUDA_ATT_TC=0 keeps bf16 caches on the SIMT split kernel (an A/B of the two in one build; the
  * CUDA tests check both against the CPU). Read once. */
 static inline int cuda_att_tc_on(void) {
-    static int on = -1; /* racing first readers compute the same value */
-    if (on < 0) {
-        const char *e = getenv("QUILL_CUDA_ATT_TC");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
+    static int on = -1;
+    return cu_env_on("QUILL_CUDA_ATT_TC", &on);
 }
 
 /* Launches the tensor-core split kernel over bf16 caches for grid (rows, kv heads x head groups,

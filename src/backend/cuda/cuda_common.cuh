@@ -129,6 +129,16 @@ __device__ __forceinline__ void cu_pdl_enter(void) {
 #endif
 }
 
+/* 1 unless the environment variable name is "0"; read once into *cache (-1 until then; racing first
+ * readers store the same value). For the A/B knobs of kernel variants. */
+static inline int cu_env_on(const char *name, int *cache) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = !(e && !strcmp(e, "0"));
+    }
+    return *cache;
+}
+
 static inline int cu_pdl_on(void) {
     static int on = -1; /* racing first readers compute the same value */
     if (on < 0) {

@@ -409,6 +409,13 @@ struct gt_job {
     const float *Xs;
 };
 
+template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
+#pragma unroll
+    for (int T = 0; T < NT; T++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
+}
+
 /* A block's place in a launch: its weight (from the job), K slice, output block and row chunk, and its
  * lanes' weight, scale and bias pointers at the slice's first unit. nt4: rows per row chunk / 4. */
 template <int Q> struct gt_place {
@@ -504,10 +511,7 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
     __syncthreads();
 
     float acc[NT][4];
-#pragma unroll
-    for (int T = 0; T < NT; T++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
+    gt_zero(acc);
     if (P.wact) {
         /* Unit u = base + d sits in ring slot d: full turns first, then the last one or two with checks. */
         const int tx = us * C::SXU, tX = us * 4;

@@ -98,12 +98,8 @@ static inline int gt_sms(void) {
 /* QUILL_CUDA_GEMV_LEAN=0 keeps every one-tile launch on the default variant (an A/B of the two in one build;
  * the bits are the same). Read once. */
 static inline int gt_lean_on(void) {
-    static int on = -1; /* racing first readers compute the same value */
-    if (on < 0) {
-        const char *e = getenv("QUILL_CUDA_GEMV_LEAN");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
+    static int on = -1;
+    return cu_env_on("QUILL_CUDA_GEMV_LEAN", &on);
 }
 
 /* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */

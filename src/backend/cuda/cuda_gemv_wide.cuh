@@ -124,10 +124,7 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT>::MIN_BLOCKS)
     }
 
     float acc[NT][4];
-#pragma unroll
-    for (int T = 0; T < NT; T++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) acc[T][c] = 0.0f;
+    gt_zero(acc);
     /* Chunk c is unit turn c: full turns (every unit and refill exists) first, then the last one or two. */
     int c = 0;
     for (; (c + 2) * D <= us; c++) {
