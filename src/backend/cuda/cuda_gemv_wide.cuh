@@ -10,8 +10,9 @@
  * overhead that 4 tiles share). Here the block's x (split once by gemv_split_kernel) streams through a
  * ring of shared-memory stages by cp.async, GW_UNITS units per stage (one turn of the weight ring), so a
  * block takes up to GW_MAX_TILES tiles: the dequantisation, scale shuffles and loop control of a unit are
- * shared by 16 tiles, and the weights are read once per 64 rows. Tiles past the rows are zeros (no
- * per-tile checks); their outputs are not written. */
+ * shared by 8 tiles, and the weights are read once per 32 rows. Tiles past the rows are zeros (no per-tile
+ * checks); their outputs are not written. Measured (docs/performance.md, seventh pass): the head and bf16
+ * weights gain most; on the 4-bit MLP shapes the per-tile work of the f32-class fold sets the time. */
 #ifndef QUILL_CUDA_GEMV_WIDE_CUH
 #define QUILL_CUDA_GEMV_WIDE_CUH
 
@@ -21,13 +22,13 @@
 #define GW_MIN_ROWS 8 /* more rows than this take gemv_wide_kernel */
 #endif
 #ifndef GW_MAX_TILES
-#define GW_MAX_TILES 8 /* row tiles per block at most: 4, 8 or 16 (tune_gemv at 64 rows: 8, two blocks per SM, beat 16, one) */
+#define GW_MAX_TILES 8 /* row tiles per block at most: 4, 8 or 16 (tune_gemv, 64 rows: 8 beat 16 on 3 of 4 shapes) */
 #endif
 #define GW_UNITS 4 /* units per stage: one turn of the weight ring */
 #define GW_SMEM_MAX (227 * 1024)
 
 /* A stage: the x fragments of NT tiles x GW_UNITS units ([T][d][SXU] uint4), then (4-bit) their X sums
- * ([T][d], 4 rows each). Three stages where two blocks of three fit an SM, else two. */
+ * ([T][d], 4 rows each). Three stages when two blocks of three stages fit an SM, else two. */
 template <int Q, int NT> struct gw_cfg {
     static constexpr int FRAG_U4 = NT * GW_UNITS * gt_cfg<Q>::SXU;
     static constexpr int STAGE_U4 = FRAG_U4 + (Q ? NT * GW_UNITS : 0);
