@@ -27,7 +27,9 @@
  * weights run together, so row chunks after the first read W from L2). A block stages x for its whole slice
  * in shared memory once, as ready-made B fragments (one barrier); each warp then streams its weights
  * through a register ring GT_DEPTH units deep (loads for unit u + depth go out as unit u is used), with
- * no barrier until the end. */
+ * no barrier until the end. Launches of many blocks take a lean variant (GT_LEAN_BLOCKS); more than
+ * GW_MIN_ROWS rows take gemv_wide_kernel (cuda_gemv_wide.cuh), which streams x through stages instead of
+ * staging the slice, so a block takes more row tiles. Both compute every unit with gt_unit. */
 #ifndef QUILL_CUDA_GEMV_CUH
 #define QUILL_CUDA_GEMV_CUH
 
