@@ -76,8 +76,10 @@ int main(void) {
     CK(cudaSetDevice(dev));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, dev));
-    printf("# %s, %d SMs, L2 %d MB; tensor-core gemv: %d threads/block, %d outputs x %d rows per block\n", prop.name,
-           prop.multiProcessorCount, prop.l2CacheSize >> 20, GT_THREADS, GT_OUT, GT_RC);
+    printf("# %s, %d SMs, L2 %d MB; tensor-core gemv: %d threads/block, %d outputs x %d rows per block (more than %d "
+           "rows: x %d)\n",
+           prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, GT_THREADS, GT_OUT, GT_RC, GW_MIN_ROWS,
+           4 * GW_MAX_TILES);
     CK(gemv_tc_init());
     const int64_t shapes[4][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {248320, 4096}};
     const int ns[3] = {1, 16, 64};

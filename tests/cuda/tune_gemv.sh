@@ -9,7 +9,7 @@ nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 dir=${OUT:-/tmp}/tune_gemv
 mkdir -p "$dir"
 if [ -n "${VARIANTS:-}" ]; then read -r -a variants <<<"$VARIANTS"
-else variants=("base:" "nt4:-DGT_MAX_TILES=4" "blk256:-DGT_BLOCKS=256" "q4blk512:-DGT_BLOCKS_Q4=512" "bfd8:-DGT_DEPTH_BF16=8"); fi
+else variants=("base:" "wide16:-DGW_MAX_TILES=16" "blk256:-DGT_BLOCKS=256" "q4blk512:-DGT_BLOCKS_Q4=512" "bfd8:-DGT_DEPTH_BF16=8"); fi
 for v in "${variants[@]}"; do
   name=${v%%:*}; flags=${v#*:}; flags=${flags//_-/ -} # "a_-Db": two flags (VARIANTS splits on spaces)
   "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a $flags -Isrc tests/cuda/bench_gemv.cu \

@@ -21,8 +21,8 @@
  *   S > 1 each slice writes a partial and the last block of an (output block, row chunk) to arrive
  *   (a ticket counter) sums the S partials in the order s = 0..S-1; the counter is reset for the next
  *   call. A row's arithmetic depends on nothing but the weight and the row: EXACT(batch).
- * Geometry: a block is 8 warps, 128 outputs (16 per warp) x NT tiles of 4 rows x one K slice; NT (1,
- * 2, 4 or 8) follows n and the shared memory a slice needs, and changes only which block computes a row.
+ * Geometry: a block is 8 warps, 128 outputs (16 per warp) x NT tiles of 4 rows x one K slice; NT (1 or
+ * 2) follows n and the shared memory a slice needs, and changes only which block computes a row.
  * A weight's blocks are numbered (slice, output block, row chunk), row chunk fastest (blocks sharing
  * weights run together, so row chunks after the first read W from L2). A block stages x for its whole slice
  * in shared memory once, as ready-made B fragments (one barrier); each warp then streams its weights
@@ -70,9 +70,9 @@
 #ifndef GT_DEPTH_BF16
 #define GT_DEPTH_BF16 4 /* bf16 units in flight per warp: 128 bytes per lane */
 #endif
-#ifndef GT_MAX_TILES
-#define GT_MAX_TILES 8 /* row tiles (of 4 rows) per block at most: 1, 2, 4 or 8 */
-#endif
+/* Row tiles (of 4 rows) per block at most: 1 or 2. Launches of more rows than these take gemv_wide_kernel
+ * (cuda_gemv_wide.cuh), which fits more tiles to a block. */
+#define GT_MAX_TILES 2
 
 /* Q = 0: bf16 (a unit is 32 values, 2 k-steps; a lane loads 16 bytes per row per unit).
  * Q = 64 or 128: 4-bit affine with that group (a unit is 64 codes, 4 k-steps; 8 bytes per lane). */
@@ -144,10 +144,11 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 #define GT_LEAN_WAVES 1
 #endif
 /* Turns without checks (gt_turn FULL): tune_gemv measured bf16 faster with them at every row count (the
- * head 540 -> 502 us at one row, 2365 -> 980 us at 16) and 4-bit faster from 16 rows; 4-bit with fewer
- * tiles runs out of registers with both turn kinds in one kernel (spills) and is slower. */
+ * head 540 -> 502 us at one row, 2365 -> 980 us at 16) and 4-bit faster from 16 rows (gemv_wide_kernel
+ * takes those, always with full turns); the 4-bit one-row kernel runs out of registers with both turn
+ * kinds in one kernel (spills) and is slower. */
 #ifndef GT_FULL_TURNS
-#define GT_FULL_TURNS(Q, NT) ((Q) == 0 || (NT) >= 4)
+#define GT_FULL_TURNS(Q) ((Q) == 0)
 #endif
 #define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
 template <int Q>
@@ -494,8 +495,7 @@ template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS>
 __global__ void __launch_bounds__(GT_THREADS, MINB)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
-    /* 4-bit with many tiles or lean: 4 units in flight (more work per unit, or fewer registers) */
-    constexpr int D = Q && (NT >= 4 || MINB == GT_LEAN_BLOCKS) ? 4 : C::DEPTH;
+    constexpr int D = Q && MINB == GT_LEAN_BLOCKS ? 4 : C::DEPTH; /* lean 4-bit: 4 units in flight, fewer registers */
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
@@ -518,7 +518,7 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
         /* Unit u = base + d sits in ring slot d: full turns first, then the last one or two with checks. */
         const int tx = us * C::SXU, tX = us * 4;
         int base = 0;
-        for (; GT_FULL_TURNS(Q, NT) && base + 2 * D <= us; base += D)
+        for (; GT_FULL_TURNS(Q) && base + 2 * D <= us; base += D)
             gt_turn<Q, NT, D, true>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
                                     sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
                                     P.bb0, P.bb8, P.ub, lane, acc);

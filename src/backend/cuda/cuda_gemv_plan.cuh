@@ -39,7 +39,7 @@ static inline size_t gemv_tc_smem(const qweight *W, int kind, int nt) {
     return (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind) * (size_t)nt;
 }
 
-/* Row tiles per block for n rows: as many as n needs (1, 2, 4 or 8) while the staged slice fits. */
+/* Row tiles per block for n rows: as many as n needs (1 or 2) while the staged slice fits. */
 static inline int gemv_tc_tiles(const qweight *W, int kind, int n) {
     int nt = 1;
     while (nt < GT_MAX_TILES && nt * 4 < n && gemv_tc_smem(W, kind, nt * 2) <= GT_SMEM_MAX) nt *= 2;
@@ -76,6 +76,7 @@ static inline size_t gemv_tc_ticks(const qweight *W, int n, int nt) {
  * block (at 64 rows the blocks' staging was ~40 % of the kernel's instructions). */
 #define GT_PRE_ROWS 4
 static_assert(GW_MIN_ROWS >= GT_PRE_ROWS, "the wide kernel reads x split by gemv_split_kernel");
+static_assert(GW_MIN_ROWS <= 4 * GT_MAX_TILES, "gemv_tc_kernel takes at most GT_MAX_TILES tiles of 4 rows");
 static inline size_t gemv_tc_pre_bytes(const qweight *W, int n) {
     const int kind = gemv_tc_kind(W);
     if (n <= GT_PRE_ROWS || kind < 0) return 0;
@@ -110,9 +111,7 @@ template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
     e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, false>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 2, true>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 4, true>, e);
-    return gt_attr(gemv_tc_kernel<Q, 8, true>, e);
+    return gt_attr(gemv_tc_kernel<Q, 2, true>, e);
 }
 template <int Q, int NT> static inline cudaError_t gw_attr(cudaError_t e) {
     static_assert(gw_cfg<Q, NT>::SMEM <= GW_SMEM_MAX, "a wide block's stages must fit an SM");
@@ -136,11 +135,9 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
         if (nt == 8) return cu_launch(gemv_wide_kernel<Q, 8>, blocks, GT_THREADS, gw_cfg<Q, 8>::SMEM, st, n, job);
         return cu_launch(gemv_wide_kernel<Q, 16>, blocks, GT_THREADS, gw_cfg<Q, 16>::SMEM, st, n, job);
     }
-    void (*k)(const float *, int, const gt_job) = !job.xs ? gemv_tc_kernel<Q, 1, false> /* n <= 4: nt = 1 */
+    void (*k)(const float *, int, const gt_job) = !job.xs   ? gemv_tc_kernel<Q, 1, false> /* n <= 4: nt = 1 */
                                                   : nt == 1 ? gemv_tc_kernel<Q, 1, true>
-                                                  : nt == 2 ? gemv_tc_kernel<Q, 2, true>
-                                                  : nt == 4 ? gemv_tc_kernel<Q, 4, true>
-                                                            : gemv_tc_kernel<Q, 8, true>;
+                                                            : gemv_tc_kernel<Q, 2, true>;
     /* more than a wave at the budget's blocks per SM: the lean variant */
     if (!job.xs && gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms()))
         k = gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>;

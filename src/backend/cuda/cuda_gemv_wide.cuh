@@ -19,7 +19,7 @@
 #include "cuda_mma.cuh"
 
 #ifndef GW_MIN_ROWS
-#define GW_MIN_ROWS 8 /* more rows than this take gemv_wide_kernel */
+#define GW_MIN_ROWS 8 /* more rows than this take gemv_wide_kernel (at most 4 * GT_MAX_TILES) */
 #endif
 #ifndef GW_MAX_TILES
 #define GW_MAX_TILES 8 /* row tiles per block at most: 4, 8 or 16 (tune_gemv, 64 rows: 8 beat 16 on 3 of 4 shapes) */
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT>::MIN_BLOCKS)
     typedef gt_cfg<Q> C;
     typedef gw_cfg<Q, NT> G;
     constexpr int D = GW_UNITS;
-    static_assert(D == (Q ? 4 : GT_DEPTH_BF16), "a stage is one turn of gemv_tc_kernel's ring at 4+ tiles");
+    static_assert(D % 4 == 0, "4-bit scales load for groups of 4 units (gt_sload)");
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
