@@ -140,11 +140,10 @@ static inline int cu_env_on(const char *name, int *cache) {
 }
 
 static inline int cu_pdl_on(void) {
-    static int on = -1; /* racing first readers compute the same value */
+    static int env = -1, on = -1; /* racing first readers compute the same values */
     if (on < 0) {
-        const char *e = getenv("QUILL_CUDA_PDL");
         int dev = 0, major = 0;
-        on = !(e && !strcmp(e, "0")) && cudaGetDevice(&dev) == cudaSuccess &&
+        on = cu_env_on("QUILL_CUDA_PDL", &env) && cudaGetDevice(&dev) == cudaSuccess &&
              cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
     }
     return on;
