@@ -1,0 +1,155 @@
+/* bench_wgmma.cu: the prototype wgmma GEMM (src/backend/cuda/cuda_gemm_wg.cuh) on the device: checks and
+ * speed, against cuBLAS with its own algorithm choice (which may split K or use workspace: the speed to
+ * reach, not a kernel quill can take as is). Built and run by tests/cuda/bench_wgmma.sh (nvcc, cudart and
+ * cuBLAS). For weight shapes (n x K) of the 9B and random bf16 x (4096 x K) and W:
+ *   err    max|y - ref| / max|ref| over sampled outputs, ref in float64 on the CPU (bf16 inputs are exact)
+ *   cublas max|y - y_cublas| / max|y_cublas| over all outputs
+ *   same   rows of calls with m = 1, 7, 200 at offsets 0, 61, 3000 bitwise equal to those rows of the
+ *          4096-row call (EXACT(batch))
+ *   us, TF median time of one call (CUDA events) and 2 m n K / time, for the prototype and cuBLAS.
+ * Outputs are poisoned (NaN) before the checked calls. Exit 1 on a failed check. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <cublas_v2.h>
+
+#include "backend/cuda/cuda_gemm_wg.cuh"
+#include "bench_check.h"
+
+#define M 4096
+#define CB(x)                                                                                          \
+    do {                                                                                               \
+        cublasStatus_t s_ = (x);                                                                       \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
+            fprintf(stderr, "FATAL %s: cublas status %d (line %d)\n", #x, (int)s_, __LINE__);          \
+            exit(1);                                                                                   \
+        }                                                                                              \
+    } while (0)
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static float frand(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (float)((rs >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+}
+static uint16_t f2bf(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+static double bf2d(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void run_wg(const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K) {
+    dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)((m + WG_BM - 1) / WG_BM));
+    wg_gemm_kernel<<<grid, WG_THREADS, WG_SMEM>>>((const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w, y, m, n, K);
+    CK(cudaGetLastError());
+}
+/* y (row-major m x n) = x W^T: in cuBLAS's column-major terms y^T (n x m) = W (n x K) . x^T (K x m). */
+static void run_cublas(cublasHandle_t h, const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K) {
+    const float one = 1.0f, zero = 0.0f;
+    CB(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, K, &one, w, CUDA_R_16BF, K, x, CUDA_R_16BF, K, &zero, y,
+                    CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+template <typename F> static float median_us(F f) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> t;
+    for (int i = 0; i < 12; i++) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (i >= 2) t.push_back(ms * 1000.0f);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return t[t.size() / 2];
+}
+
+int main(void) {
+    static const int shapes[][2] = {{12288, 4096}, {4096, 12288}, {4096, 4096}, {8192, 4096}};
+    int fails = 0;
+    CK(cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    cublasHandle_t h;
+    CB(cublasCreate(&h));
+    printf("shape         | err vs f64 | vs cublas | same | wgmma us   TF/s | cublas us   TF/s\n");
+    for (const auto &sh : shapes) {
+        const int n = sh[0], K = sh[1];
+        std::vector<uint16_t> hx((size_t)M * K), hw((size_t)n * K);
+        for (auto &v : hx) v = f2bf(frand());
+        for (auto &v : hw) v = f2bf(frand() * 0.05f);
+        uint16_t *x, *w;
+        float *y, *yc, *ys;
+        CK(cudaMalloc(&x, hx.size() * 2));
+        CK(cudaMalloc(&w, hw.size() * 2));
+        CK(cudaMalloc(&y, (size_t)M * n * 4));
+        CK(cudaMalloc(&yc, (size_t)M * n * 4));
+        CK(cudaMalloc(&ys, (size_t)M * n * 4));
+        CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+        CK(cudaMemset(y, 0xFF, (size_t)M * n * 4)); /* NaN */
+        run_wg(x, w, y, M, n, K);
+        run_cublas(h, x, w, yc, M, n, K);
+        CK(cudaDeviceSynchronize());
+        std::vector<float> hy((size_t)M * n), hc((size_t)M * n);
+        CK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hc.data(), yc, hc.size() * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0, cn = 0, cd = 0;
+        int64_t bad = 0;
+        for (size_t i = 0; i < hy.size(); i++) {
+            bad += !isfinite(hy[i]);
+            cn = std::max(cn, fabs((double)hy[i] - hc[i]));
+            cd = std::max(cd, fabs((double)hc[i]));
+        }
+        for (int s = 0; s < 64; s++) { /* sampled outputs against float64 */
+            const int r = (s * 1031) % M, o = (s * 7919) % n;
+            double ref = 0;
+            for (int k = 0; k < K; k++) ref += bf2d(hx[(size_t)r * K + k]) * bf2d(hw[(size_t)o * K + k]);
+            num = std::max(num, fabs(ref - hy[(size_t)r * n + o]));
+            den = std::max(den, fabs(ref));
+        }
+        const double err = num / den, cerr = cn / cd;
+        bool same = bad == 0;
+        static const int ms[3] = {1, 7, 200}, offs[3] = {0, 61, 3000};
+        for (int a = 0; a < 3; a++)
+            for (int b = 0; b < 3; b++) {
+                const int m = ms[a], off = std::min(offs[b], M - m);
+                CK(cudaMemset(ys, 0xFF, (size_t)m * n * 4));
+                run_wg(x + (size_t)off * K, w, ys, m, n, K);
+                CK(cudaDeviceSynchronize());
+                std::vector<float> hs((size_t)m * n);
+                CK(cudaMemcpy(hs.data(), ys, hs.size() * 4, cudaMemcpyDeviceToHost));
+                same &= memcmp(hs.data(), hy.data() + (size_t)off * n, hs.size() * 4) == 0;
+            }
+        const float tw = median_us([&] { run_wg(x, w, y, M, n, K); });
+        const float tc = median_us([&] { run_cublas(h, x, w, yc, M, n, K); });
+        const double fl = 2.0 * M * n * K;
+        const bool ok = same && err < 1e-5 && cerr < 1e-4;
+        fails += !ok;
+        printf("%5dx%-6d | %10.2e | %9.2e | %-4s | %8.1f %6.1f | %9.1f %6.1f%s\n", n, K, err, cerr,
+               same ? "yes" : "NO", tw, fl / tw * 1e-6, tc, fl / tc * 1e-6, ok ? "" : "  FAILED");
+        CK(cudaFree(x));
+        CK(cudaFree(w));
+        CK(cudaFree(y));
+        CK(cudaFree(yc));
+        CK(cudaFree(ys));
+    }
+    CB(cublasDestroy(h));
+    printf("%s: %d failed\n", fails ? "FAILED" : "ok", fails);
+    return fails != 0;
+}
