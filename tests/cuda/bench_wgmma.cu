@@ -2,7 +2,8 @@
  * speed, against cuBLAS with its own algorithm choice (which may split K or use workspace: the speed to
  * reach, not a kernel quill can take as is). Built and run by tests/cuda/bench_wgmma.sh (nvcc, cudart and
  * cuBLAS). For weight shapes (n x K) of the 9B and random bf16 x (4096 x K) and W:
- *   err    max|y - ref| / max|ref| over sampled outputs, ref in float64 on the CPU (bf16 inputs are exact)
+ *   err    max|y - ref| / max|ref| over sampled outputs, ref in float64 on the CPU (bf16 inputs are exact);
+ *          also for two products, x as bf16 hi + lo parts (the split precision's x)
  *   cublas max|y - y_cublas| / max|y_cublas| over all outputs
  *   same   rows of calls with m = 1, 7, 200 at offsets 0, 61, 3000 bitwise equal to those rows of the
  *          4096-row call (EXACT(batch))
@@ -49,10 +50,13 @@ static double bf2d(uint16_t h) {
     return f;
 }
 
-static void run_wg(const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K) {
-    dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)((m + WG_BM - 1) / WG_BM));
-    wg_gemm_kernel<<<grid, WG_THREADS, WG_SMEM>>>((const __nv_bfloat16 *)x, (const __nv_bfloat16 *)w, y, m, n, K);
-    CK(cudaGetLastError());
+/* y = x0 w^T (+ x1 w^T when x1): one product, or two as the split precision's hi and lo parts of x. */
+static void run_wg(const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K, const uint16_t *x1 = NULL) {
+    wg_job job;
+    memset(&job, 0, sizeof job);
+    job.x[0] = (const __nv_bfloat16 *)x, job.w[0] = (const __nv_bfloat16 *)w, job.products = 1;
+    if (x1) job.x[1] = (const __nv_bfloat16 *)x1, job.w[1] = job.w[0], job.products = 2;
+    CK(wg_gemm_launch(job, y, m, n, K, 0));
 }
 /* y (row-major m x n) = x W^T: in cuBLAS's column-major terms y^T (n x m) = W (n x K) . x^T (K x m). */
 static void run_cublas(cublasHandle_t h, const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K) {
@@ -84,18 +88,24 @@ template <typename F> static float median_us(F f) {
 int main(void) {
     static const int shapes[][2] = {{12288, 4096}, {4096, 12288}, {4096, 4096}, {8192, 4096}};
     int fails = 0;
-    CK(cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM));
+    if (!wg_device_ok()) { fprintf(stderr, "needs a compute capability 9.0 device\n"); return 1; }
     cublasHandle_t h;
     CB(cublasCreate(&h));
-    printf("shape         | err vs f64 | vs cublas | same | wgmma us   TF/s | cublas us   TF/s\n");
+    printf("shape         | err vs f64 | 2 products | vs cublas | same | wgmma us   TF/s | cublas us   TF/s\n");
     for (const auto &sh : shapes) {
         const int n = sh[0], K = sh[1];
-        std::vector<uint16_t> hx((size_t)M * K), hw((size_t)n * K);
-        for (auto &v : hx) v = f2bf(frand());
+        std::vector<uint16_t> hx((size_t)M * K), hl((size_t)M * K), hw((size_t)n * K); /* x's hi and lo parts */
+        for (size_t i = 0; i < hx.size(); i++) {
+            const float v = frand();
+            hx[i] = f2bf(v);
+            hl[i] = f2bf(v - (float)bf2d(hx[i]));
+        }
         for (auto &v : hw) v = f2bf(frand() * 0.05f);
-        uint16_t *x, *w;
+        uint16_t *x, *xl, *w;
         float *y, *yc, *ys;
         CK(cudaMalloc(&x, hx.size() * 2));
+        CK(cudaMalloc(&xl, hl.size() * 2));
+        CK(cudaMemcpy(xl, hl.data(), hl.size() * 2, cudaMemcpyHostToDevice));
         CK(cudaMalloc(&w, hw.size() * 2));
         CK(cudaMalloc(&y, (size_t)M * n * 4));
         CK(cudaMalloc(&yc, (size_t)M * n * 4));
@@ -136,14 +146,35 @@ int main(void) {
                 CK(cudaMemcpy(hs.data(), ys, hs.size() * 4, cudaMemcpyDeviceToHost));
                 same &= memcmp(hs.data(), hy.data() + (size_t)off * n, hs.size() * 4) == 0;
             }
+        /* two products (x = hi + lo, the split precision) against float64, and one row count against the 4096 */
+        run_wg(x, w, y, M, n, K, xl);
+        run_wg(x + (size_t)61 * K, w, ys, 7, n, K, xl + (size_t)61 * K);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+        std::vector<float> h7((size_t)7 * n);
+        CK(cudaMemcpy(h7.data(), ys, h7.size() * 4, cudaMemcpyDeviceToHost));
+        same &= memcmp(h7.data(), hy.data() + (size_t)61 * n, h7.size() * 4) == 0;
+        double num2 = 0, den2 = 0;
+        for (int s = 0; s < 64; s++) {
+            const int r = (s * 1031) % M, o = (s * 7919) % n;
+            double ref = 0;
+            for (int k = 0; k < K; k++) {
+                const size_t i = (size_t)r * K + k;
+                ref += (bf2d(hx[i]) + bf2d(hl[i])) * bf2d(hw[(size_t)o * K + k]);
+            }
+            num2 = std::max(num2, fabs(ref - hy[(size_t)r * n + o]));
+            den2 = std::max(den2, fabs(ref));
+        }
+        const double err2 = num2 / den2;
         const float tw = median_us([&] { run_wg(x, w, y, M, n, K); });
         const float tc = median_us([&] { run_cublas(h, x, w, yc, M, n, K); });
         const double fl = 2.0 * M * n * K;
-        const bool ok = same && err < 1e-5 && cerr < 1e-4;
+        const bool ok = same && err < 1e-5 && err2 < 1e-5 && cerr < 1e-4;
         fails += !ok;
-        printf("%5dx%-6d | %10.2e | %9.2e | %-4s | %8.1f %6.1f | %9.1f %6.1f%s\n", n, K, err, cerr,
+        printf("%5dx%-6d | %10.2e | %10.2e | %9.2e | %-4s | %8.1f %6.1f | %9.1f %6.1f%s\n", n, K, err, err2, cerr,
                same ? "yes" : "NO", tw, fl / tw * 1e-6, tc, fl / tc * 1e-6, ok ? "" : "  FAILED");
         CK(cudaFree(x));
+        CK(cudaFree(xl));
         CK(cudaFree(w));
         CK(cudaFree(y));
         CK(cudaFree(yc));

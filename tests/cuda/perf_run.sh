@@ -92,6 +92,10 @@ if has prefill; then
     q 60 "prefill $w split (default)" X=1 $B --contexts '' --streams '' --prefill 512,4096 --prefill-chunk 4096
     q 60 "prefill $w bf16" QUILL_PREFILL_PRECISION=bf16 $B --contexts '' --streams '' --prefill 512,4096 --prefill-chunk 4096
     q 40 "prefill $w bf16, chunks of 512" QUILL_PREFILL_PRECISION=bf16 $B --contexts '' --streams '' --prefill 4096
+    q 60 "prefill $w split, wgmma GEMM" QUILL_PREFILL_GEMM=wgmma $B --contexts '' --streams '' --prefill 512,4096 \
+      --prefill-chunk 4096
+    q 60 "prefill $w bf16, wgmma GEMM" QUILL_PREFILL_GEMM=wgmma QUILL_PREFILL_PRECISION=bf16 $B --contexts '' \
+      --streams '' --prefill 512,4096 --prefill-chunk 4096
   done
   q 60 "prefill ${m}q4 split, PDL off" QUILL_CUDA_PDL=0 build-cuda/quill bench ${m}q4 --backend cuda --contexts '' \
     --streams '' --prefill 4096 --prefill-chunk 4096

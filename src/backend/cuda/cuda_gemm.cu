@@ -33,7 +33,9 @@
  * is a multiple of 8), n_in % 8 == 0 and n_out % 4 == 0 take cuBLASLt; anything else (f32/f16, other
  * bit widths, odd shapes) takes the SIMT tiled kernel below, as does a shape for which neither the
  * heuristic nor the enumeration finds an algorithm that takes the probe row counts (shape_select).
- * QUILL_PREFILL_GEMM=tiled sends every weight to the tiled kernel.
+ * QUILL_PREFILL_GEMM=tiled sends every weight to the tiled kernel; QUILL_PREFILL_GEMM=wgmma (compute 9.0, a
+ * prototype: cuda_gemm_wg.cuh) sends the weights it takes (wg_eligible) to the wgmma kernel, which sums the
+ * same products in the same order in one accumulator.
  *
  * cuBLASLt is loaded with dlopen on the first prefill call (cuda_gemm_lt.cu; nothing loads it at startup);
  * the handle, workspace and bf16 scratch (x_hi/x_lo, and w_hi/w_lo for 4-bit weights, grown on
@@ -45,6 +47,7 @@
 #include <string.h>
 
 #include "cuda_gemm_lt.h"
+#include "cuda_gemm_wg.cuh"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* The SIMT tiled kernel: formats cuBLASLt does not take here.
@@ -218,15 +221,19 @@ static qstatus gemm_state(qbackend *be, cu_gemm **out) {
     Q_TRY(cu_prefill_precision_bf16(&bf16));
     int mode = bf16 ? MODE_BF16 : MODE_SPLIT;
     const char *k = getenv("QUILL_PREFILL_GEMM");
+    int wgmma = 0;
     if (k && *k && strcmp(k, "cublaslt") != 0) {
         if (strcmp(k, "tiled") == 0) mode = MODE_TILED;
-        else return q_fail(Q_EINVAL, "QUILL_PREFILL_GEMM=%s: expected cublaslt or tiled", k);
+        else if (strcmp(k, "wgmma") == 0 && wg_device_ok()) wgmma = 1;
+        else
+            return q_fail(Q_EINVAL, "QUILL_PREFILL_GEMM=%s: expected cublaslt, tiled or wgmma (compute 9.0 only)", k);
     }
     const int ref_m = env_int("QUILL_GEMM_REF_M", 512, 1, 1 << 20), ws_mb = env_int("QUILL_GEMM_WS_MB", 32, 0, 4096);
     if (ref_m < 0 || ws_mb < 0) return q_fail(Q_EINVAL, "QUILL_GEMM_REF_M (1..) or QUILL_GEMM_WS_MB (0..4096) is bad");
     cu_gemm *g = (cu_gemm *)calloc(1, sizeof *g);
     if (!g) return q_fail(Q_ENOMEM, "cuda matmul_prefill: out of memory");
     g->mode = mode;
+    g->wgmma = wgmma;
     g->ref_m = ref_m;
     g->ws_bytes = (size_t)ws_mb << 20;
     s->gemm = g;
@@ -289,33 +296,39 @@ static int lt_eligible(const qweight *W) {
     return W->fmt == QW_AFFINE && W->bits == 4 && W->group % 8 == 0;
 }
 
-static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float *x, int n, const qweight *W, float *y) {
+/* The bf16 operands of a prompt call: x split into g->x_hi (and g->x_lo in split mode), a 4-bit W
+ * dequantized into g->w_hi (and g->w_lo); *wh is W's hi part (the weight itself when bf16). */
+static qstatus prefill_operands(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W,
+                                const __nv_bfloat16 **wh) {
     cuda_state *s = (cuda_state *)be->impl;
     const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
-    if (((uintptr_t)y & 15) || (!affine && ((uintptr_t)W->w & 15)))
-        return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs and weights must be 16-byte aligned");
     const int64_t K = W->n_in, nx = (int64_t)n * K, nw = W->n_out * K;
     Q_TRY(grow(s, &g->x_hi, &g->x_lo, &g->x_cap, (size_t)nx, split));
     if (affine) Q_TRY(grow(s, &g->w_hi, &g->w_lo, &g->w_cap, (size_t)nw, split));
-    lt_layouts L;
-    Q_TRY(layouts_make(&L, W->n_out, K, n));
-    qstatus st = shape_confirm(g, sh, &L, n);
-    if (st == Q_OK) {
-        __nv_bfloat16 *xl = split ? g->x_lo : NULL;
-        if (((uintptr_t)x & 15) == 0)
-            split_x4_kernel<<<ew_blocks(be, nx / 4), 256, 0, s->stream>>>((const float4 *)x, nx / 4, g->x_hi, xl);
-        else
-            split_x1_kernel<<<ew_blocks(be, nx), 256, 0, s->stream>>>(x, nx, g->x_hi, xl);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) st = q_fail(Q_ECUDA, "cuda matmul_prefill (split x): %s", cudaGetErrorString(e));
-    }
-    const __nv_bfloat16 *wh = (const __nv_bfloat16 *)W->w;
-    if (st == Q_OK && affine) {
+    __nv_bfloat16 *xl = split ? g->x_lo : NULL;
+    if (((uintptr_t)x & 15) == 0)
+        split_x4_kernel<<<ew_blocks(be, nx / 4), 256, 0, s->stream>>>((const float4 *)x, nx / 4, g->x_hi, xl);
+    else
+        split_x1_kernel<<<ew_blocks(be, nx), 256, 0, s->stream>>>(x, nx, g->x_hi, xl);
+    CU_LAUNCHED("matmul_prefill (split x)");
+    *wh = (const __nv_bfloat16 *)W->w;
+    if (affine) {
         dequant4_kernel<<<ew_blocks(be, nw / 8), 256, 0, s->stream>>>(*W, g->w_hi, split ? g->w_lo : NULL);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) st = q_fail(Q_ECUDA, "cuda matmul_prefill (dequantize): %s", cudaGetErrorString(e));
-        wh = g->w_hi;
+        CU_LAUNCHED("matmul_prefill (dequantize)");
+        *wh = g->w_hi;
     }
+    return Q_OK;
+}
+
+static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float *x, int n, const qweight *W, float *y) {
+    const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
+    if (((uintptr_t)y & 15) || (!affine && ((uintptr_t)W->w & 15)))
+        return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs and weights must be 16-byte aligned");
+    lt_layouts L;
+    Q_TRY(layouts_make(&L, W->n_out, W->n_in, n));
+    qstatus st = shape_confirm(g, sh, &L, n);
+    const __nv_bfloat16 *wh = NULL;
+    if (st == Q_OK) st = prefill_operands(be, g, x, n, W, &wh);
     /* fixed order: hi.hi, then hi.lo, then (4-bit) lo.hi, each added to y */
     if (st == Q_OK) st = lt_mm(be, g, sh, &L, wh, g->x_hi, 0.0f, y);
     if (st == Q_OK && split) st = lt_mm(be, g, sh, &L, wh, g->x_lo, 1.0f, y);
@@ -324,12 +337,33 @@ static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float 
     return st;
 }
 
+/* Whether a weight takes the wgmma kernel (QUILL_PREFILL_GEMM=wgmma): its properties only. */
+static int wg_eligible(const qweight *W) {
+    return lt_eligible(W) && W->n_in % WG_BK == 0 && W->n_out <= 2147483647LL &&
+           (W->fmt == QW_AFFINE || ((uintptr_t)W->w & 15) == 0);
+}
+
+/* The same products as lt_prefill, in the same order, summed in one accumulator by one launch. */
+static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W, float *y) {
+    const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
+    const __nv_bfloat16 *wh = NULL;
+    Q_TRY(prefill_operands(be, g, x, n, W, &wh));
+    wg_job job;
+    memset(&job, 0, sizeof job);
+    job.x[0] = g->x_hi, job.w[0] = wh, job.products = 1;
+    if (split) job.x[1] = g->x_lo, job.w[1] = wh, job.products = 2;
+    if (split && affine) job.x[2] = g->x_hi, job.w[2] = g->w_lo, job.products = 3;
+    CU_TRY(wg_gemm_launch(job, y, n, (int)W->n_out, (int)W->n_in, cu_stream(be)), "matmul_prefill (wgmma)");
+    return Q_OK;
+}
+
 qstatus cuda_matmul_prefill(qbackend *be, const float *x, int n, const qweight *W, float *y) {
     if (n <= 0) return Q_OK;
     Q_TRY(check_weight(W));
     cu_gemm *g = NULL;
     Q_TRY(gemm_state(be, &g));
     if (g->mode == MODE_TILED || !lt_eligible(W)) return tiled_prefill(be, x, n, W, y);
+    if (g->wgmma && wg_eligible(W)) return wg_prefill(be, g, x, n, W, y);
     Q_TRY(lt_ready(g));
     gemm_shape *sh = NULL;
     Q_TRY(shape_get(g, W->n_out, W->n_in, &sh));
@@ -342,6 +376,7 @@ extern "C" int cuda_prefill_gemm_describe(qbackend *be, const qweight *W, char *
     if (gemm_state(be, &g) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());
     const char *mode = g->mode == MODE_SPLIT ? "split" : g->mode == MODE_BF16 ? "bf16" : "tiled";
     if (g->mode == MODE_TILED || !lt_eligible(W)) return snprintf(buf, len, "%s: tiled SIMT", mode);
+    if (g->wgmma && wg_eligible(W)) return snprintf(buf, len, "%s: wgmma prototype (cuda_gemm_wg.cuh)", mode);
     if (lt_ready(g) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());
     gemm_shape *sh = NULL;
     if (shape_get(g, W->n_out, W->n_in, &sh) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());

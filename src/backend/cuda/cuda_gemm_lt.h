@@ -56,6 +56,7 @@ typedef struct gemm_shape {
 
 struct cu_gemm {
     int mode, ref_m;
+    int wgmma; /* QUILL_PREFILL_GEMM=wgmma: the prototype wgmma kernel (cuda_gemm_wg.cuh) where a weight takes it */
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t desc;
     void *ws;
