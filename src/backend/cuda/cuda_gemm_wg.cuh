@@ -170,6 +170,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         cu_cp_commit();
         const uint32_t a = base + (uint32_t)(kt % WG_STAGES) * WG_STAGE_BYTES + wgi * 64 * 128;
         const uint32_t b = base + (uint32_t)(kt % WG_STAGES) * WG_STAGE_BYTES + WG_TILE_BYTES;
+        wg_pin(d);
         wg_fence();
 #pragma unroll
         for (int k = 0; k < WG_BK / 16; k++) wg_mma(d, wg_desc(a + 32 * k), wg_desc(b + 32 * k));
