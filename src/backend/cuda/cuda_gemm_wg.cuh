@@ -190,6 +190,10 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         for (int h = 0; h < 2; h++) {
             const int64_t rr = r + 8 * h;
             if (rr >= m) continue;
+            if (c + 1 < n && !(n & 1)) { /* c is even: 8-byte aligned */
+                *(float2 *)(y + rr * n + c) = make_float2(d[4 * nb + 2 * h], d[4 * nb + 2 * h + 1]);
+                continue;
+            }
             if (c < n) y[rr * n + c] = d[4 * nb + 2 * h];
             if (c + 1 < n) y[rr * n + c + 1] = d[4 * nb + 2 * h + 1];
         }
