@@ -346,6 +346,7 @@ static int wg_eligible(const qweight *W) {
 /* The same products as lt_prefill, in the same order, summed in one accumulator by one launch. */
 static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W, float *y) {
     const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
+    if ((uintptr_t)y & 15) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
     const __nv_bfloat16 *wh = NULL;
     Q_TRY(prefill_operands(be, g, x, n, W, &wh));
     wg_job job;
