@@ -50,13 +50,12 @@ static double bf2d(uint16_t h) {
     return f;
 }
 
-/* y = x0 w^T (+ x1 w^T when x1): one product, or two as the split precision's hi and lo parts of x. */
+/* y = x w^T, or x1 w^T + x w^T (in that order) when x1: two products as the split precision's lo and hi parts
+ * of x. */
 static void run_wg(const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K, const uint16_t *x1 = NULL) {
-    wg_job job;
-    memset(&job, 0, sizeof job);
-    job.x[0] = (const __nv_bfloat16 *)x, job.w[0] = (const __nv_bfloat16 *)w, job.products = 1;
-    if (x1) job.x[1] = (const __nv_bfloat16 *)x1, job.w[1] = job.w[0], job.products = 2;
-    CK(wg_gemm_launch(job, y, m, n, K, 0));
+    const __nv_bfloat16 *xs[2] = {(const __nv_bfloat16 *)(x1 ? x1 : x), (const __nv_bfloat16 *)x};
+    const __nv_bfloat16 *ws[2] = {(const __nv_bfloat16 *)w, (const __nv_bfloat16 *)w};
+    CK(wg_gemm(xs, ws, x1 ? 2 : 1, y, m, n, K, 0));
 }
 /* y (row-major m x n) = x W^T: in cuBLAS's column-major terms y^T (n x m) = W (n x K) . x^T (K x m). */
 static void run_cublas(cublasHandle_t h, const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K) {
@@ -86,7 +85,7 @@ template <typename F> static float median_us(F f) {
 }
 
 int main(void) {
-    static const int shapes[][2] = {{12288, 4096}, {4096, 12288}, {4096, 4096}, {8192, 4096}};
+    static const int shapes[][2] = {{12288, 4096}, {4096, 12288}, {4096, 4096}, {8192, 4096}, {1024, 4096}, {32, 4096}};
     int fails = 0;
     if (!wg_device_ok()) { fprintf(stderr, "needs a compute capability 9.0 device\n"); return 1; }
     cublasHandle_t h;

@@ -343,18 +343,19 @@ static int wg_eligible(const qweight *W) {
            (W->fmt == QW_AFFINE || ((uintptr_t)W->w & 15) == 0);
 }
 
-/* The same products as lt_prefill, in the same order, summed in one accumulator by one launch. */
+/* The same products as lt_prefill, summed in one accumulator by one launch. */
 static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W, float *y) {
     const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
     if ((uintptr_t)y & 15) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
     const __nv_bfloat16 *wh = NULL;
     Q_TRY(prefill_operands(be, g, x, n, W, &wh));
-    wg_job job;
-    memset(&job, 0, sizeof job);
-    job.x[0] = g->x_hi, job.w[0] = wh, job.products = 1;
-    if (split) job.x[1] = g->x_lo, job.w[1] = wh, job.products = 2;
-    if (split && affine) job.x[2] = g->x_hi, job.w[2] = g->w_lo, job.products = 3;
-    CU_TRY(wg_gemm_launch(job, y, n, (int)W->n_out, (int)W->n_in, cu_stream(be)), "matmul_prefill (wgmma)");
+    /* smallest first: hi.lo, (4-bit) lo.hi, then hi.hi */
+    const __nv_bfloat16 *xs[3], *ws[3];
+    int np = 0;
+    if (split) xs[np] = g->x_lo, ws[np++] = wh;
+    if (split && affine) xs[np] = g->x_hi, ws[np++] = g->w_lo;
+    xs[np] = g->x_hi, ws[np++] = wh;
+    CU_TRY(wg_gemm(xs, ws, np, y, n, (int)W->n_out, (int)W->n_in, cu_stream(be)), "matmul_prefill (wgmma)");
     return Q_OK;
 }
 

@@ -1,41 +1,47 @@
-/* cuda_gemm_wg.cuh: a prompt-row GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a):
- * y[m][n] (f32) = x[m][K] . W[n][K]^T, x and W in bf16, f32 accumulation.
+/* cuda_gemm_wg.cuh: the prompt-row GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a):
+ * y[m][n] (f32) = sum over products p of x_p[m][K] . W_p[n][K]^T, x and W in bf16, f32 accumulation.
  *
- * PROTOTYPE, UNVERIFIED: written in session 7 with no device time left; it compiles for sm_90a and sm_80.
- * tests/cuda/bench_wgmma.sh checks it (f64 reference, cuBLAS, rows bitwise independent of m) and times it.
- * Why it exists: prefill runs cuBLASLt's sm80-class kernel (~430 TF/s in bf16 mode) because no Hopper
- * algorithm passed the every-m, no-workspace rule that keeps a row's result independent of how many rows share
- * the call; a kernel of our own has that property by construction (below) and can reach wgmma rates.
+ * Why it exists: cuBLASLt's Hopper kernels all wanted split-K or workspace at some row count, so the prompt
+ * path ran its sm80-class kernel (~430 TF/s); a kernel of our own keeps a row's result independent of how
+ * many rows share the call by construction (below) and runs at wgmma rates.
  *
- * Work: a block of 2 warpgroups computes 128 rows x 128 outputs of up to 3 products summed in one
- * accumulator (wg_job: the split precision's w_hi.x_hi, w_hi.x_lo, w_lo.x_hi, or bf16 mode's one); each
- * warpgroup 64 rows with wgmma.m64n128k16 (A = its 64 rows of the x tile, B = the 128 weight rows, both from
- * shared memory).
- * K runs in tiles of 64 (one 128-byte row of bf16) through WG_STAGES shared-memory stages filled by
- * cp.async (every thread copies; rows past m or n are zeros), stored in the 128-byte swizzle the wgmma
- * descriptors name (16-byte chunk c of row r at r * 128 + ((c ^ (r % 8)) * 16), 8-row groups 1024 bytes
- * apart). Loads run WG_STAGES - 2 tiles ahead: the stage a load overwrites was read by the wgmma batch two
- * tiles back, which wgmma.wait_group 1 has retired in both warpgroups before the barrier the load follows.
+ * Work: a block of 3 warpgroups computes 128 rows x 256 outputs. Warpgroup 0 is the producer: one thread
+ * issues the tensor-memory-accelerator (TMA) copies of each K tile (64 wide: one 128-byte row of bf16) of x
+ * (128 rows) and W (256 rows) into one of WG_STAGES shared-memory stages, in the 128-byte swizzle the wgmma
+ * descriptors name, and the copy engine signals the stage's `full` barrier. Warpgroups 1 and 2 consume: each
+ * its 64 rows of the x tile times the 256 weight rows (two wgmma.m64n128k16 per k16), then every consumer
+ * warp signals the stage's `empty` barrier once its MMAs that read the stage are done, and the producer
+ * refills it. Rows past m and outputs past n come in as zeros (TMA's bounds) and are not stored.
+ * Up to 3 products run through the one accumulator, smallest first (the split precision's hi.lo and lo.hi,
+ * then hi.hi: the small terms add up at their own scale before the large ones arrive).
  *
- * EXACT(batch): an output is one block's accumulation over K in K order, by the same instruction
- * sequence whatever m is, and a row's inputs never meet another row's, so a row's result does not depend on
- * m or on its place in the tile. (The accumulation order inside one wgmma is the hardware's, the same on
- * every call.) */
+ * EXACT(batch): an output is one block's accumulation over the products and K in a fixed order, by the same
+ * instruction sequence whatever m is, and a row's inputs never meet another row's, so a row's result does
+ * not depend on m or on its place in the tile. (The accumulation order inside one wgmma is the hardware's,
+ * the same on every call.) */
 #ifndef QUILL_CUDA_GEMM_WG_CUH
 #define QUILL_CUDA_GEMM_WG_CUH
 
+#include <string.h>
+
+#include <cuda.h> /* CUtensorMap and its enums (types only: the encoder comes from the runtime's entry point) */
+#include <cudaTypedefs.h>
+
 #include "cuda_mma.cuh"
 
-#define WG_BM 128 /* rows of x per block: 2 warpgroups x 64 */
-#define WG_BN 128 /* outputs per block */
+#define WG_BM 128 /* rows of x per block: 2 consumer warpgroups x 64 */
+#define WG_BN 256 /* outputs per block */
 #define WG_BK 64  /* K per stage: one 128-byte swizzle row of bf16 */
 #ifndef WG_STAGES
 #define WG_STAGES 4
 #endif
-#define WG_THREADS 256
-#define WG_TILE_BYTES (WG_BM * WG_BK * 2) /* 16 KB, the x tile and the W tile alike (WG_BM == WG_BN) */
-#define WG_STAGE_BYTES (2 * WG_TILE_BYTES)
+#define WG_THREADS 384 /* producer warpgroup + 2 consumers */
+#define WG_X_BYTES (WG_BM * WG_BK * 2) /* 16 KB */
+#define WG_W_BYTES (WG_BN * WG_BK * 2) /* 32 KB */
+#define WG_STAGE_BYTES (WG_X_BYTES + WG_W_BYTES)
 #define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024) /* + slack to align the stages to 1024 bytes */
+#define WG_GROUP_M 16 /* row blocks that take the weight blocks in turn (L2 reuse of both operands) */
+#define WG_PRODUCTS 3
 
 /* Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle: start address >> 4 (bits
  * 0-13), leading byte offset (unused by this layout: 1), stride byte offset 1024 >> 4 between 8-row groups
@@ -65,12 +71,6 @@ __device__ __forceinline__ void wg_commit(void) {
 template <int N> __device__ __forceinline__ void wg_wait(void) {
 #if WG_ON
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-/* cp.async's writes become visible to the tensor cores' (async proxy) reads. */
-__device__ __forceinline__ void wg_fence_proxy(void) {
-#if WG_ON
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
 /* Pins the accumulators: no use of them moves across this point (they are written asynchronously). */
@@ -105,99 +105,144 @@ __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db)
 #endif
 }
 
-/* Rows [r0, r0 + 128) x columns [k0, k0 + 64) of a row-major bf16 matrix (rows x K) into the swizzled
- * tile at saddr by cp.async (rows >= rows: zeros). Thread i of 256 takes chunks i, i + 256, ...: 8
- * consecutive threads cover one row's 128 bytes. */
-__device__ __forceinline__ void wg_load_tile(uint32_t saddr, const __nv_bfloat16 *__restrict__ g, int64_t rows,
-                                             int64_t K, int64_t r0, int64_t k0) {
-#pragma unroll
-    for (int j = 0; j < WG_BM * 8 / WG_THREADS; j++) {
-        const int i = (int)threadIdx.x + j * WG_THREADS, r = i >> 3, c = i & 7;
-        const bool ok = r0 + r < rows;
-        cu_cp_async16(saddr + (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)), ok ? g + (r0 + r) * K + k0 + c * 8 : g, ok);
-    }
+/* mbarrier and TMA primitives (sm_90). */
+__device__ __forceinline__ void wg_bar_init(uint32_t bar, uint32_t count) {
+#if WG_ON
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void wg_bar_arrive(uint32_t bar) {
+#if WG_ON
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+/* Arrives and tells the barrier to expect `bytes` more of copies before its phase completes. */
+__device__ __forceinline__ void wg_bar_expect(uint32_t bar, uint32_t bytes) {
+#if WG_ON
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+/* Waits for the completion of the barrier's phase of this parity. */
+__device__ __forceinline__ void wg_bar_wait(uint32_t bar, uint32_t parity) {
+#if WG_ON
+    uint32_t done = 0;
+    while (!done)
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(bar), "r"(parity)
+                     : "memory");
+#endif
+}
+/* The box at (k, row) of the tensor map into shared memory at dst; completion is signalled on bar. */
+__device__ __forceinline__ void wg_tma_load(uint32_t dst, const CUtensorMap *map, int k, int row, uint32_t bar) {
+#if WG_ON
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+                 "[%4];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(k), "r"(row), "r"(bar)
+                 : "memory");
+#endif
+}
+/* Gives this warpgroup's registers back (producer) or takes more (consumers): 40 + 2 x 232 per thread fit. */
+template <int R> __device__ __forceinline__ void wg_setmaxnreg_dec(void) {
+#if WG_ON
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+template <int R> __device__ __forceinline__ void wg_setmaxnreg_inc(void) {
+#if WG_ON
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
 }
 
-/* Up to 3 products summed in one accumulator, in order: y = x[0] w[0]^T + x[1] w[1]^T + ... (the split
- * precision's hi.hi, hi.lo, lo.hi). */
-#define WG_PRODUCTS 3
+/* The tensor maps of up to 3 products (x_p: m x K, W_p: n x K), in the order they are summed. */
 struct wg_job {
-    const __nv_bfloat16 *x[WG_PRODUCTS], *w[WG_PRODUCTS];
+    CUtensorMap x[WG_PRODUCTS], w[WG_PRODUCTS];
     int products;
 };
 
-/* Product p's operands, with constant indices only (the job stays in parameter space). */
-__device__ __forceinline__ void wg_pick(const wg_job &j, int p, const __nv_bfloat16 **x, const __nv_bfloat16 **w) {
-    *x = p == 0 ? j.x[0] : p == 1 ? j.x[1] : j.x[2];
-    *w = p == 0 ? j.w[0] : p == 1 ? j.w[1] : j.w[2];
-}
-
-/* Tile t (k-tile t % KT of product t / KT) of x and W into the stage at saddr. */
-__device__ __forceinline__ void wg_load_stage(uint32_t saddr, const wg_job &job, int t, int KT, int m, int n, int K,
-                                              int64_t row0, int64_t col0) {
-    const __nv_bfloat16 *x, *w;
-    wg_pick(job, t / KT, &x, &w);
-    const int64_t k0 = (int64_t)(t % KT) * WG_BK;
-    wg_load_tile(saddr, x, m, K, row0, k0);
-    wg_load_tile(saddr + WG_TILE_BYTES, w, n, K, col0, k0);
-}
-
-/* grid (ceil(n / 128), ceil(m / 128)), WG_THREADS threads, WG_SMEM bytes of dynamic shared memory.
- * K % 64 == 0, every x and w 16-byte aligned with K-element rows. Tile t of the loop is k-tile t % KT of
- * product t / KT. */
+/* grid (ceil(m / 128) * ceil(n / 256)), WG_THREADS threads, WG_SMEM bytes of dynamic shared memory.
+ * K % 64 == 0. Tile t of the K loop is k-tile t % KT of product t / KT. */
 __global__ void __launch_bounds__(WG_THREADS, 1)
     wg_gemm_kernel(const __grid_constant__ wg_job job, float *__restrict__ y, int m, int n, int K) {
     extern __shared__ unsigned char wg_smem[];
+    __shared__ __align__(8) uint64_t full[WG_STAGES], empty[WG_STAGES];
     const uint32_t base = (cu_smem_addr(wg_smem) + 1023u) & ~1023u;
-    const int64_t row0 = (int64_t)blockIdx.y * WG_BM, col0 = (int64_t)blockIdx.x * WG_BN;
-    const int wgi = threadIdx.x >> 7, KT = K / WG_BK, NT = KT * job.products;
-    constexpr int P = WG_STAGES - 2; /* tiles loaded ahead */
-    float d[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++) d[i] = 0.0f;
-#pragma unroll
-    for (int t = 0; t < P; t++) {
-        if (t < NT) wg_load_stage(base + t * WG_STAGE_BYTES, job, t, KT, m, n, K, row0, col0);
-        cu_cp_commit();
+    const int KT = K / WG_BK, NT = KT * job.products, wgi = threadIdx.x >> 7;
+    /* block -> tile: WG_GROUP_M row blocks walk the weight blocks together */
+    const int nbm = (m + WG_BM - 1) / WG_BM, nbn = (n + WG_BN - 1) / WG_BN, per_group = WG_GROUP_M * nbn;
+    const int group = (int)blockIdx.x / per_group, first = group * WG_GROUP_M;
+    const int gsize = min(nbm - first, WG_GROUP_M), in_group = (int)blockIdx.x % per_group;
+    const int row0 = (first + in_group % gsize) * WG_BM, col0 = (in_group / gsize) * WG_BN;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < WG_STAGES; s++) {
+            wg_bar_init(cu_smem_addr(&full[s]), 1);
+            wg_bar_init(cu_smem_addr(&empty[s]), 8); /* every consumer warp */
+        }
+#if WG_ON
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
     }
-    for (int kt = 0; kt < NT; kt++) {
-        cu_cp_wait<P - 1>(); /* this thread's copies of tile kt are in */
-        wg_fence_proxy();
-        __syncthreads(); /* everyone's are; both warpgroups have retired the batch of tile kt - 2 */
-        const int nt = kt + P;
-        if (nt < NT)
-            wg_load_stage(base + (uint32_t)(nt % WG_STAGES) * WG_STAGE_BYTES, job, nt, KT, m, n, K, row0, col0);
-        cu_cp_commit();
-        const uint32_t a = base + (uint32_t)(kt % WG_STAGES) * WG_STAGE_BYTES + wgi * 64 * 128;
-        const uint32_t b = base + (uint32_t)(kt % WG_STAGES) * WG_STAGE_BYTES + WG_TILE_BYTES;
-        wg_pin(d);
+    __syncthreads();
+    if (wgi == 0) { /* producer */
+        wg_setmaxnreg_dec<40>();
+        if (threadIdx.x != 0) return;
+        for (int t = 0; t < NT; t++) {
+            const int s = t % WG_STAGES, p = t / KT, k = (t % KT) * WG_BK;
+            if (t >= WG_STAGES) wg_bar_wait(cu_smem_addr(&empty[s]), (uint32_t)((t / WG_STAGES - 1) & 1));
+            const uint32_t bar = cu_smem_addr(&full[s]), st = base + (uint32_t)s * WG_STAGE_BYTES;
+            wg_bar_expect(bar, WG_STAGE_BYTES);
+            wg_tma_load(st, &job.x[p], k, row0, bar);
+            wg_tma_load(st + WG_X_BYTES, &job.w[p], k, col0, bar);
+        }
+        return;
+    }
+    wg_setmaxnreg_inc<232>();
+    const int c = wgi - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+    float d0[64], d1[64]; /* outputs 0..127 and 128..255 of the block */
+#pragma unroll
+    for (int i = 0; i < 64; i++) d0[i] = 0.0f, d1[i] = 0.0f;
+    for (int t = 0; t < NT; t++) {
+        const int s = t % WG_STAGES;
+        wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / WG_STAGES) & 1));
+        const uint32_t a = base + (uint32_t)s * WG_STAGE_BYTES + c * 64 * 128, b = a - c * 64 * 128 + WG_X_BYTES;
+        wg_pin(d0);
+        wg_pin(d1);
         wg_fence();
 #pragma unroll
-        for (int k = 0; k < WG_BK / 16; k++) wg_mma(d, wg_desc(a + 32 * k), wg_desc(b + 32 * k));
+        for (int k = 0; k < WG_BK / 16; k++) {
+            wg_mma(d0, wg_desc(a + 32 * k), wg_desc(b + 32 * k));
+            wg_mma(d1, wg_desc(a + 32 * k), wg_desc(b + 128 * 128 + 32 * k));
+        }
         wg_commit();
-        wg_wait<1>();
-        wg_pin(d);
+        wg_wait<1>(); /* the batch of tile t - 1 is done: its stage may be refilled */
+        wg_pin(d0);
+        wg_pin(d1);
+        if (t > 0 && lane == 0) wg_bar_arrive(cu_smem_addr(&empty[(t - 1) % WG_STAGES]));
     }
     wg_wait<0>();
-    wg_pin(d);
+    wg_pin(d0);
+    wg_pin(d1);
     /* d[4 nb + q]: row 16 warp + lane / 4 (+ 8 for q >= 2), column 8 nb + 2 (lane % 4) (+ 1 for odd q) */
-    const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    const int64_t r = row0 + wgi * 64 + warp * 16 + (lane >> 2);
+    const int64_t r = row0 + c * 64 + warp * 16 + (lane >> 2);
 #pragma unroll
-    for (int nb = 0; nb < WG_BN / 8; nb++) {
-        const int64_t c = col0 + nb * 8 + 2 * (lane & 3);
+    for (int half = 0; half < 2; half++)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t rr = r + 8 * h;
-            if (rr >= m) continue;
-            if (c + 1 < n && !(n & 1)) { /* c is even: 8-byte aligned */
-                *(float2 *)(y + rr * n + c) = make_float2(d[4 * nb + 2 * h], d[4 * nb + 2 * h + 1]);
-                continue;
+        for (int nb = 0; nb < 16; nb++) {
+            const int64_t col = col0 + half * 128 + nb * 8 + 2 * (lane & 3);
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int64_t rr = r + 8 * h;
+                const float v0 = half ? d1[4 * nb + 2 * h] : d0[4 * nb + 2 * h];
+                const float v1 = half ? d1[4 * nb + 2 * h + 1] : d0[4 * nb + 2 * h + 1];
+                if (rr >= m) continue;
+                if (col + 1 < n && !(n & 1)) { /* col is even: 8-byte aligned */
+                    *(float2 *)(y + rr * n + col) = make_float2(v0, v1);
+                    continue;
+                }
+                if (col < n) y[rr * n + col] = v0;
+                if (col + 1 < n) y[rr * n + col + 1] = v1;
             }
-            if (c < n) y[rr * n + c] = d[4 * nb + 2 * h];
-            if (c + 1 < n) y[rr * n + c + 1] = d[4 * nb + 2 * h + 1];
         }
-    }
 }
 
 /* Compute capability 9.0, where the sm_90a code runs (read once; racing first readers store the same value). */
@@ -213,8 +258,29 @@ static inline int wg_device_ok(void) {
     return ok;
 }
 
-/* Launches the kernel for m rows of n outputs (a plain launch: prompt work does not use programmatic launch). */
-static inline cudaError_t wg_gemm_launch(const wg_job &job, float *y, int m, int n, int K, cudaStream_t st) {
+/* The tensor map of a row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of 64 x box_rows, 128-byte
+ * swizzle, zeros outside. The encoder is the driver's, found through the runtime (no link to libcuda). */
+static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64_t rows, int64_t K, int box_rows) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode; /* racing first callers store the same pointer */
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", (void **)&encode, 12000,
+                                                               cudaEnableDefault, &q);
+        if (e != cudaSuccess) return e;
+        if (q != cudaDriverEntryPointSuccess || !encode) return cudaErrorSymbolNotFound;
+    }
+    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
+    const cuuint32_t box[2] = {WG_BK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)g, dims, strides, box, estr,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+/* y (m x n, f32) = sum over p < products of x[p] (m x K) . w[p] (n x K)^T, in that order; K % 64 == 0, every
+ * operand 16-byte aligned. A plain launch: prompt work does not use programmatic launch. */
+static inline cudaError_t wg_gemm(const __nv_bfloat16 *const *x, const __nv_bfloat16 *const *w, int products,
+                                  float *y, int m, int n, int K, cudaStream_t st) {
     static int attr; /* racing first callers set the same value */
     if (!attr) {
         const cudaError_t e =
@@ -222,8 +288,17 @@ static inline cudaError_t wg_gemm_launch(const wg_job &job, float *y, int m, int
         if (e != cudaSuccess) return e;
         attr = 1;
     }
-    const dim3 grid((unsigned)((n + WG_BN - 1) / WG_BN), (unsigned)((m + WG_BM - 1) / WG_BM));
-    wg_gemm_kernel<<<grid, WG_THREADS, WG_SMEM, st>>>(job, y, m, n, K);
+    if (products < 1 || products > WG_PRODUCTS || K % WG_BK) return cudaErrorInvalidValue;
+    wg_job job;
+    memset(&job, 0, sizeof job);
+    job.products = products;
+    for (int p = 0; p < products; p++) {
+        cudaError_t e = wg_map(&job.x[p], x[p], m, K, WG_BM);
+        if (e == cudaSuccess) e = wg_map(&job.w[p], w[p], n, K, WG_BN);
+        if (e != cudaSuccess) return e;
+    }
+    const int blocks = ((m + WG_BM - 1) / WG_BM) * ((n + WG_BN - 1) / WG_BN);
+    wg_gemm_kernel<<<blocks, WG_THREADS, WG_SMEM, st>>>(job, y, m, n, K);
     return cudaGetLastError();
 }
 
