@@ -1,13 +1,14 @@
-/* bench_wgmma.cu: the prototype wgmma GEMM (src/backend/cuda/cuda_gemm_wg.cuh) on the device: checks and
+/* bench_wgmma.cu: the wgmma prompt GEMM (src/backend/cuda/cuda_gemm_wg.cuh) on the device: checks and
  * speed, against cuBLAS with its own algorithm choice (which may split K or use workspace: the speed to
  * reach, not a kernel quill can take as is). Built and run by tests/cuda/bench_wgmma.sh (nvcc, cudart and
  * cuBLAS). For weight shapes (n x K) of the 9B and random bf16 x (4096 x K) and W:
- *   err    max|y - ref| / max|ref| over sampled outputs, ref in float64 on the CPU (bf16 inputs are exact);
+ *   err    max|y - ref| / max|ref| over sampled outputs, ref in float64 on the CPU (bf16 inputs are exact),
+ *          at most 1e-5 sqrt(K / 4096) (f32 accumulation; cuBLAS gives the same bits);
  *          also for two products, x as bf16 hi + lo parts (the split precision's x)
  *   cublas max|y - y_cublas| / max|y_cublas| over all outputs
  *   same   rows of calls with m = 1, 7, 200 at offsets 0, 61, 3000 bitwise equal to those rows of the
  *          4096-row call (EXACT(batch))
- *   us, TF median time of one call (CUDA events) and 2 m n K / time, for the prototype and cuBLAS.
+ *   us, TF median time of one call (CUDA events) and 2 m n K / time, for the wgmma kernel and cuBLAS.
  * Outputs are poisoned (NaN) before the checked calls. Exit 1 on a failed check. */
 #include <math.h>
 #include <stdint.h>
@@ -87,7 +88,7 @@ template <typename F> static float median_us(F f) {
 int main(void) {
     static const int shapes[][2] = {{12288, 4096}, {4096, 12288}, {4096, 4096}, {8192, 4096}, {1024, 4096}, {32, 4096}};
     int fails = 0;
-    if (!wg_device_ok()) { fprintf(stderr, "needs a compute capability 9.0 device\n"); return 1; }
+    if (!wg_available()) { fprintf(stderr, "needs a compute capability 9.0 device and an sm_90a build\n"); return 1; }
     cublasHandle_t h;
     CB(cublasCreate(&h));
     printf("shape         | err vs f64 | 2 products | vs cublas | same | wgmma us   TF/s | cublas us   TF/s\n");
@@ -168,7 +169,8 @@ int main(void) {
         const float tw = median_us([&] { run_wg(x, w, y, M, n, K); });
         const float tc = median_us([&] { run_cublas(h, x, w, yc, M, n, K); });
         const double fl = 2.0 * M * n * K;
-        const bool ok = same && err < 1e-5 && err2 < 1e-5 && cerr < 1e-4;
+        const double tol = 1e-5 * sqrt(K / 4096.0); /* f32 accumulation: error grows as sqrt(K) */
+        const bool ok = same && err < tol && err2 < tol && cerr < 1e-4;
         fails += !ok;
         printf("%5dx%-6d | %10.2e | %10.2e | %9.2e | %-4s | %8.1f %6.1f | %9.1f %6.1f%s\n", n, K, err, err2, cerr,
                same ? "yes" : "NO", tw, fl / tw * 1e-6, tc, fl / tc * 1e-6, ok ? "" : "  FAILED");

@@ -7,7 +7,7 @@
 #   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
 #   profile  quill bench --profile: the per-op GPU time table of a decode step (1 stream, PROFILE_STREAMS: 16 64)
-#            and of a prefill
+#            and of a prefill (split and bf16 precision; pprofile: the prefill tables alone)
 #   ncu      tests/cuda/ncu_decode.sh on the 4-bit model (its reports come back in $OUT)
 #   variant  a second quill build with VARIANT_FLAGS (e.g. "-DGT_BLOCKS_Q4=128") and the 4-bit decode figures from
 #            both builds, one after the other (an A/B of a kernel knob on the whole model; VARIANT_ARGS: the
@@ -92,14 +92,16 @@ if has prefill; then
     q 60 "prefill $w split (default)" X=1 $B --contexts '' --streams '' --prefill 512,4096 --prefill-chunk 4096
     q 60 "prefill $w bf16" QUILL_PREFILL_PRECISION=bf16 $B --contexts '' --streams '' --prefill 512,4096 --prefill-chunk 4096
     q 40 "prefill $w bf16, chunks of 512" QUILL_PREFILL_PRECISION=bf16 $B --contexts '' --streams '' --prefill 4096
-    q 60 "prefill $w split, wgmma GEMM" QUILL_PREFILL_GEMM=wgmma $B --contexts '' --streams '' --prefill 512,4096 \
-      --prefill-chunk 4096
-    q 60 "prefill $w bf16, wgmma GEMM" QUILL_PREFILL_GEMM=wgmma QUILL_PREFILL_PRECISION=bf16 $B --contexts '' \
+    q 60 "prefill $w split, cuBLASLt GEMM" QUILL_PREFILL_GEMM=cublaslt $B --contexts '' --streams '' \
+      --prefill 512,4096 --prefill-chunk 4096
+    q 60 "prefill $w bf16, cuBLASLt GEMM" QUILL_PREFILL_GEMM=cublaslt QUILL_PREFILL_PRECISION=bf16 $B --contexts '' \
       --streams '' --prefill 512,4096 --prefill-chunk 4096
   done
   q 60 "prefill ${m}q4 split, PDL off" QUILL_CUDA_PDL=0 build-cuda/quill bench ${m}q4 --backend cuda --contexts '' \
     --streams '' --prefill 4096 --prefill-chunk 4096
   q 90 "prefill 65536 ${m}q4 bf16 (one run, chunks of 4096)" QUILL_PREFILL_PRECISION=bf16 \
+    build-cuda/quill bench ${m}q4 --backend cuda --contexts '' --streams '' --prefill 65536 --prefill-chunk 4096
+  q 90 "prefill 65536 ${m}q4 split (one run, chunks of 4096)" \
     build-cuda/quill bench ${m}q4 --backend cuda --contexts '' --streams '' --prefill 65536 --prefill-chunk 4096
 fi
 if has profile; then
@@ -113,8 +115,12 @@ if has profile; then
     q 60 "profile ${m}q4: decode, $s streams" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
       --contexts '' --streams $s --steps 8
   done
-  q 60 "profile ${m}q4: prefill 4096" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill 4096 \
-    --prefill-chunk 4096 --contexts '' --streams ''
+fi
+if has profile || has pprofile; then # pprofile: the prefill profiles alone
+  for p in split bf16; do
+    q 60 "profile ${m}q4: prefill 4096, $p" QUILL_PREFILL_PRECISION=$p build-cuda/quill bench ${m}q4 --backend cuda \
+      --profile --prefill 4096 --prefill-chunk 4096 --contexts '' --streams ''
+  done
 fi
 if has variant; then
   stamp "variant build: ${VARIANT_FLAGS:-}"

@@ -35,12 +35,12 @@ step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_tes
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "model goldens via cpu" env QUILL_TEST_BACKEND=cpu "$build/golden_test_model_goldens"
-# the prototype wgmma prompt GEMM (QUILL_PREFILL_GEMM=wgmma): the same checks of the prompt path through it
-step "cuda ops with the wgmma prefill GEMM" env QUILL_PREFILL_GEMM=wgmma "$build/cuda_test_cuda_ops"
-step "model goldens via cuda, wgmma prefill GEMM" env QUILL_PREFILL_GEMM=wgmma QUILL_TEST_BACKEND=cuda \
+# the cuBLASLt prompt GEMM (QUILL_PREFILL_GEMM=cublaslt; the default on other GPUs): the same checks through it
+step "cuda ops with the cuBLASLt prefill GEMM" env QUILL_PREFILL_GEMM=cublaslt "$build/cuda_test_cuda_ops"
+step "model goldens via cuda, cuBLASLt prefill GEMM" env QUILL_PREFILL_GEMM=cublaslt QUILL_TEST_BACKEND=cuda \
      "$build/golden_test_model_goldens"
-step "batch invariance, chunk cuts (cuda, wgmma prefill GEMM)" env QUILL_PREFILL_GEMM=wgmma QUILL_TEST_BACKEND=cuda \
-     "$build/golden_test_model_batch"
+step "batch invariance, chunk cuts (cuda, cuBLASLt prefill GEMM)" env QUILL_PREFILL_GEMM=cublaslt \
+     QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 # programmatic dependent launch changes when kernels start, never what they compute: the same logits bitwise
 pdl_same() {
   local d=${OUT:-/tmp}

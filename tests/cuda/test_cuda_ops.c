@@ -153,7 +153,8 @@ static void test_matmul_multi(void) {
 static void test_matmul_prefill_gemm(void) {
     const double tol = prefill_bf16_mode() ? 2e-2 : 1e-5;
     struct { qwfmt f; int n_out, n_in; } cases[] = {
-        {QW_BF16, 256, 1024}, {QW_AFFINE, 256, 1024}, {QW_BF16, 100, 576}, {QW_AFFINE, 100, 576}};
+        {QW_BF16, 256, 1024}, {QW_AFFINE, 256, 1024}, {QW_BF16, 100, 576}, {QW_AFFINE, 100, 576},
+        {QW_BF16, 516, 640}, {QW_AFFINE, 516, 640}}; /* 516: a part-filled last block of the wgmma kernel */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int n = 300, n_in = cases[c].n_in, n_out = cases[c].n_out;
         const size_t yb = (size_t)n * n_out * 4;

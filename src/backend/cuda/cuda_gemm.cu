@@ -1,5 +1,6 @@
 /* cuda_gemm.cu: the prefill matmul (op matmul_prefill): y[n][n_out] = x[n][n_in] . W^T for prompt
- * rows, n from 1 to thousands, on the tensor cores through cuBLASLt.
+ * rows, n from 1 to thousands, on the tensor cores: our wgmma kernel (cuda_gemm_wg.cuh) on Hopper, cuBLASLt
+ * for the weights it does not take and on other GPUs.
  *
  * Numerics. Activations are f32 and the model's goldens hold logits to 1e-4 of transformers' fp32, so
  * x is not simply rounded to bf16. Default ("split", f32-class): x = x_hi + x_lo, both bf16 (x_hi =
@@ -7,15 +8,17 @@
  *   bf16 W:   y = W.x_hi (+) W.x_lo                      (bf16 weights are exact in bf16)
  *   4-bit W:  w = scale*code + bias in f32 (rounded as weight_at rounds it), w = w_hi + w_lo (bf16),
  *             y = w_hi.x_hi (+) w_hi.x_lo (+) w_lo.x_hi  (the w_lo.x_lo term, ~2^-18, is dropped)
- * each product a bf16 tensor-core GEMM with f32 accumulation, the next one added to y in the GEMM's
- * epilogue (beta = 1), always in this order. QUILL_PREFILL_PRECISION=bf16 ("bf16" mode) rounds x (and
- * a 4-bit w) to bf16 once: one product, about 2^-9 relative per input (rel err ~3e-3 on a GEMM),
- * twice as fast; it is for benchmarks and users who accept that, not for the goldens.
+ * each product a bf16 tensor-core product with f32 accumulation. The wgmma kernel sums them in one
+ * accumulator, smallest first (hi.lo, lo.hi, then hi.hi); cuBLASLt runs one GEMM per product, hi.hi first,
+ * each next one added to y in the epilogue (beta = 1). QUILL_PREFILL_PRECISION=bf16 ("bf16" mode) rounds x
+ * (and a 4-bit w) to bf16 once: one product, about 2^-9 relative per input (rel err ~3e-3 on a GEMM),
+ * 1.5-2x faster; it is for benchmarks and users who accept that, not for the goldens.
  *
- * EXACT(batch), EXACT(chunk). A row's result must not depend on n. cuBLASLt picks kernels by the whole
- * problem shape, so the algorithm (kernel, tile, stages, cluster, swizzle) is chosen ONCE per weight
- * shape (n_out, n_in) and the same algorithm runs for every n: split-K 1 and no reduction scheme (each
- * output element is one CTA's accumulation over all of K, in K order), and it must pass
+ * EXACT(batch), EXACT(chunk). A row's result must not depend on n. The wgmma kernel has that by construction
+ * (each output is one block's accumulation over K in K order; rows never meet). cuBLASLt picks kernels by
+ * the whole problem shape, so there the algorithm (kernel, tile, stages, cluster, swizzle) is chosen ONCE
+ * per weight shape (n_out, n_in) and the same algorithm runs for every n: split-K 1 and no reduction scheme
+ * (each output element is one CTA's accumulation over all of K, in K order), and it must pass
  * cublasLtMatmulAlgoCheck at every probe row count (1 .. 65536) before it is taken; cublasLtMatmulAlgoCheck
  * confirms it again for each new n and a refusal fails the call loudly rather than changing the
  * arithmetic. Candidates come from cublasLtMatmulAlgoGetHeuristic at a reference row count
@@ -29,16 +32,16 @@
  * That a fixed, non-split cuBLASLt kernel computes each element independently of n is what
  * tests/cuda/bench_gemm.sh and test_cuda_ops check on the device (bitwise); cuBLAS does not document it.
  *
- * Which kernel a weight takes is a property of the weight alone: bf16 or 4-bit affine (any group that
- * is a multiple of 8), n_in % 8 == 0 and n_out % 4 == 0 take cuBLASLt; anything else (f32/f16, other
- * bit widths, odd shapes) takes the SIMT tiled kernel below, as does a shape for which neither the
- * heuristic nor the enumeration finds an algorithm that takes the probe row counts (shape_select).
- * QUILL_PREFILL_GEMM=tiled sends every weight to the tiled kernel; QUILL_PREFILL_GEMM=wgmma (compute 9.0, a
- * prototype: cuda_gemm_wg.cuh) sends the weights it takes (wg_eligible) to the wgmma kernel, which sums the
- * same products in the same order in one accumulator.
+ * Which kernel a weight takes is a property of the weight (and the build and device) alone: bf16 or 4-bit
+ * affine (any group that is a multiple of 8), n_in % 8 == 0 and n_out % 4 == 0 take the tensor cores, the
+ * wgmma kernel when wg_eligible (n_in % 64 == 0, n_out >= 256, an sm_90a build on a compute 9.0 device),
+ * else cuBLASLt; anything else (f32/f16, other bit widths, odd shapes) takes the SIMT tiled kernel below,
+ * as does a shape for which neither the heuristic nor the enumeration finds a cuBLASLt algorithm that takes
+ * the probe row counts (shape_select). QUILL_PREFILL_GEMM=cublaslt keeps every weight off the wgmma kernel
+ * (the A/B), QUILL_PREFILL_GEMM=tiled sends every weight to the tiled kernel.
  *
- * cuBLASLt is loaded with dlopen on the first prefill call (cuda_gemm_lt.cu; nothing loads it at startup);
- * the handle, workspace and bf16 scratch (x_hi/x_lo, and w_hi/w_lo for 4-bit weights, grown on
+ * cuBLASLt is loaded with dlopen on the first call that needs it (cuda_gemm_lt.cu; nothing loads it at
+ * startup); the handle, workspace and bf16 scratch (x_hi/x_lo, and w_hi/w_lo for 4-bit weights, grown on
  * demand) belong to the backend and are freed by cu_gemm_free. Floors (H200, measured by cuBLAS
  * ~790 TFLOP/s bf16 dense): split costs two products for bf16 weights and three for 4-bit ones, plus
  * a dequantization pass over the 4-bit weight per call (reads 0.56 B, writes 4 B per weight). */
@@ -221,12 +224,13 @@ static qstatus gemm_state(qbackend *be, cu_gemm **out) {
     Q_TRY(cu_prefill_precision_bf16(&bf16));
     int mode = bf16 ? MODE_BF16 : MODE_SPLIT;
     const char *k = getenv("QUILL_PREFILL_GEMM");
-    int wgmma = 0;
-    if (k && *k && strcmp(k, "cublaslt") != 0) {
+    int wgmma = wg_available();
+    if (k && *k) {
         if (strcmp(k, "tiled") == 0) mode = MODE_TILED;
-        else if (strcmp(k, "wgmma") == 0 && wg_device_ok()) wgmma = 1;
-        else
-            return q_fail(Q_EINVAL, "QUILL_PREFILL_GEMM=%s: expected cublaslt, tiled or wgmma (compute 9.0 only)", k);
+        else if (strcmp(k, "cublaslt") == 0) wgmma = 0;
+        else if (strcmp(k, "wgmma") != 0 || !wgmma)
+            return q_fail(Q_EINVAL, "QUILL_PREFILL_GEMM=%s: expected wgmma (sm_90a builds on compute 9.0 devices), "
+                                    "cublaslt or tiled", k);
     }
     const int ref_m = env_int("QUILL_GEMM_REF_M", 512, 1, 1 << 20), ws_mb = env_int("QUILL_GEMM_WS_MB", 32, 0, 4096);
     if (ref_m < 0 || ws_mb < 0) return q_fail(Q_EINVAL, "QUILL_GEMM_REF_M (1..) or QUILL_GEMM_WS_MB (0..4096) is bad");
@@ -339,7 +343,7 @@ static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float 
 
 /* Whether a weight takes the wgmma kernel (QUILL_PREFILL_GEMM=wgmma): its properties only. */
 static int wg_eligible(const qweight *W) {
-    return lt_eligible(W) && W->n_in % WG_BK == 0 && W->n_out <= 2147483647LL &&
+    return lt_eligible(W) && W->n_in % WG_BK == 0 && W->n_out >= WG_BN && W->n_out <= 2147483647LL &&
            (W->fmt == QW_AFFINE || ((uintptr_t)W->w & 15) == 0);
 }
 
@@ -378,7 +382,7 @@ extern "C" int cuda_prefill_gemm_describe(qbackend *be, const qweight *W, char *
     if (gemm_state(be, &g) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());
     const char *mode = g->mode == MODE_SPLIT ? "split" : g->mode == MODE_BF16 ? "bf16" : "tiled";
     if (g->mode == MODE_TILED || !lt_eligible(W)) return snprintf(buf, len, "%s: tiled SIMT", mode);
-    if (g->wgmma && wg_eligible(W)) return snprintf(buf, len, "%s: wgmma prototype (cuda_gemm_wg.cuh)", mode);
+    if (g->wgmma && wg_eligible(W)) return snprintf(buf, len, "%s: wgmma (cuda_gemm_wg.cuh)", mode);
     if (lt_ready(g) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());
     gemm_shape *sh = NULL;
     if (shape_get(g, W->n_out, W->n_in, &sh) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());

@@ -56,7 +56,7 @@ typedef struct gemm_shape {
 
 struct cu_gemm {
     int mode, ref_m;
-    int wgmma; /* QUILL_PREFILL_GEMM=wgmma: the prototype wgmma kernel (cuda_gemm_wg.cuh) where a weight takes it */
+    int wgmma; /* the wgmma kernel (cuda_gemm_wg.cuh) takes the weights it can (off: QUILL_PREFILL_GEMM=cublaslt) */
     cublasLtHandle_t lt;
     cublasLtMatmulDesc_t desc;
     void *ws;

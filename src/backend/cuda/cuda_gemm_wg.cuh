@@ -52,7 +52,7 @@ __device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
 }
 
 /* wgmma exists in sm_90a code only: the other targets of a build (sm_80) compile these to nothing, and the
- * host launches the kernel only on a device of compute capability 9.0 (wg_device_ok). */
+ * host launches the kernel only where the probe kernel says it has them (wg_available). */
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define WG_ON 1
 #else
@@ -245,15 +245,24 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         }
 }
 
-/* Compute capability 9.0, where the sm_90a code runs (read once; racing first readers store the same value). */
-static inline int wg_device_ok(void) {
+/* Whether this build's code for this device has wgmma: the device is compute 9.0 and the binary the runtime
+ * picks for it was compiled for sm_90a (a plain sm_90 or sm_80 build compiles the kernel to nothing), as a
+ * probe kernel from the same translation unit reports. Asked once; racing first callers store the same value. */
+__global__ void wg_probe_kernel(int *on) { *on = WG_ON; }
+static inline int wg_available(void) {
     static int ok = -1;
     if (ok < 0) {
-        int dev = 0, major = 0, minor = 0;
-        ok = cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
-             minor == 0;
+        int dev = 0, major = 0, minor = 0, on = 0, *d = NULL;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
+            minor == 0 && cudaMalloc((void **)&d, sizeof *d) == cudaSuccess) {
+            wg_probe_kernel<<<1, 1>>>(d);
+            if (cudaGetLastError() != cudaSuccess || cudaMemcpy(&on, d, sizeof on, cudaMemcpyDeviceToHost) != cudaSuccess)
+                on = 0;
+            cudaFree(d);
+        }
+        ok = on;
     }
     return ok;
 }
