@@ -97,6 +97,11 @@ typedef struct qbackend_ops {
      * EXACT(batch) and EXACT(chunk) hold. */
     qstatus (*matmul_prefill)(qbackend *be, const float *x, int n, const qweight *W, float *y);
 
+    /* Optional (NULL: call matmul_prefill per weight): matmul_prefill for count <= 4 weights that share the
+     * prompt rows x, each y[i] bitwise what matmul_prefill(x, n, W[i], y[i]) gives. */
+    qstatus (*matmul_prefill_multi)(qbackend *be, const float *x, int n, int count, const qweight *const *W,
+                                    float *const *y);
+
     /* NeoX (rotate-half) RoPE in place on the first rot_dim dims of each head: pairs (j, j + rot/2)
      * rotate by pos[r] * theta^(-2j/rot). x: [n][n_heads][head_dim]; pos: backend int32 [n]. */
     qstatus (*rope)(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,

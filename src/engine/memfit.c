@@ -78,7 +78,7 @@ qstatus memfit_weights_bytes(const char *dir, int64_t *out) {
 
 /* What CUDA's kernels hold besides the model's scratch, as upper bounds (counted on every backend, as
  * the attention partials above): the prefill GEMM's bf16 hi/lo copies of a chunk's activations and of
- * the largest 4-bit weight dequantized (cuda_gemm.cu) and its 32 MiB cuBLASLt workspace; the chunked
+ * the largest call's 4-bit weights dequantized (cuda_gemm.cu) and its 32 MiB cuBLASLt workspace; the chunked
  * gated delta rule's window (cuda_gdn_chunked.cu, 128 MiB); the decode matmul's split-K partials (at
  * most 16 slices of n_parallel rows of the widest non-head matrix, or the head's slices of the output
  * rows, one buffer for both; the head's slices are short enough that 4 tiles of staged bf16 rows fit
@@ -90,7 +90,13 @@ static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int c
     const int64_t qkv = 2LL * c->lin_n_k_heads * c->lin_k_dim + (int64_t)c->lin_n_v_heads * c->lin_v_dim;
     if (q > wide) wide = q;
     if (qkv > wide) wide = qkv;
-    const int64_t gemm = (4 * (int64_t)chunk * k_max + 4 * wide * c->hidden) * 3 / 2 + ((int64_t)32 << 20);
+    /* the prompt GEMM dequantizes a call's weights side by side: the largest call is MLP gate + up, the GDN
+     * in-projections (q, k, v, z, a, b) or attention's q, k, v (backend/cuda/cuda_gemm.cu, wg_prefill) */
+    const int64_t zdim = (int64_t)c->lin_n_v_heads * c->lin_v_dim, kv = 2LL * c->n_kv_heads * c->head_dim;
+    int64_t group = 2LL * c->intermediate;
+    if (qkv + zdim + 2LL * c->lin_n_v_heads > group) group = qkv + zdim + 2LL * c->lin_n_v_heads;
+    if (q + kv > group) group = q + kv;
+    const int64_t gemm = (4 * (int64_t)chunk * k_max + 4 * group * c->hidden) * 3 / 2 + ((int64_t)32 << 20);
     const int64_t gdn = ((int64_t)128 << 20) * 3 / 2;
     int64_t head_s = 1;
     while (head_s < 16 && (c->hidden / 32 + head_s - 1) / head_s > 50) head_s *= 2;

@@ -319,7 +319,7 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
 }
 
 /* y[i] = x . W[i]^T for weights that share the rows x: decode ranges in one pass where the backend has
- * matmul_multi (bitwise the same as one matmul each). */
+ * matmul_multi, prompt ranges where it has matmul_prefill_multi (bitwise the same as one call each). */
 static qstatus mm_multi(qwen35_model *m, const float *x, int count, const qweight *const *W, float *const *y) {
     const qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
@@ -330,6 +330,10 @@ static qstatus mm_multi(qwen35_model *m, const float *x, int count, const qweigh
         for (int i = 0; i < count; i++) yr[i] = y[i] + (int64_t)r0 * W[i]->n_out;
         if (!s->range_prefill[r] && be->ops->matmul_multi) {
             Q_TRY(be->ops->matmul_multi(be, xr, len, count, W, yr));
+            continue;
+        }
+        if (s->range_prefill[r] && be->ops->matmul_prefill_multi) {
+            Q_TRY(be->ops->matmul_prefill_multi(be, xr, len, count, W, yr));
             continue;
         }
         for (int i = 0; i < count; i++)

@@ -7,7 +7,8 @@
  *          also for two products, x as bf16 hi + lo parts (the split precision's x)
  *   cublas max|y - y_cublas| / max|y_cublas| over all outputs
  *   same   rows of calls with m = 1, 7, 200 at offsets 0, 61, 3000 bitwise equal to those rows of the
- *          4096-row call (EXACT(batch))
+ *          4096-row call (EXACT(batch)), and a launch of two weights (the shape and its first 32 rows)
+ *          equal to their own launches
  *   us, TF median time of one call (CUDA events) and 2 m n K / time, for the wgmma kernel and cuBLAS.
  * Outputs are poisoned (NaN) before the checked calls. Exit 1 on a failed check. */
 #include <math.h>
@@ -54,9 +55,22 @@ static double bf2d(uint16_t h) {
 /* y = x w^T, or x1 w^T + x w^T (in that order) when x1: two products as the split precision's lo and hi parts
  * of x. */
 static void run_wg(const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K, const uint16_t *x1 = NULL) {
-    const __nv_bfloat16 *xs[2] = {(const __nv_bfloat16 *)(x1 ? x1 : x), (const __nv_bfloat16 *)x};
-    const __nv_bfloat16 *ws[2] = {(const __nv_bfloat16 *)w, (const __nv_bfloat16 *)w};
-    CK(wg_gemm(xs, ws, x1 ? 2 : 1, y, m, n, K, 0));
+    wg_args a;
+    memset(&a, 0, sizeof a);
+    a.x[0] = (const __nv_bfloat16 *)x, a.x[1] = (const __nv_bfloat16 *)x1;
+    a.products = x1 ? 2 : 1, a.xsel[0] = x1 ? 1 : 0, a.count = 1;
+    a.w[0][0] = a.w[0][1] = (const __nv_bfloat16 *)w;
+    a.y[0] = y, a.n[0] = n;
+    CK(wg_gemm(&a, m, K, 0));
+}
+/* Weights w (n x K) and its first 32 rows as a second weight in one launch, y and y32 (m x 32). */
+static void run_wg_pair(const uint16_t *x, const uint16_t *w, float *y, float *y32, int m, int n, int K) {
+    wg_args a;
+    memset(&a, 0, sizeof a);
+    a.x[0] = (const __nv_bfloat16 *)x, a.products = 1, a.count = 2;
+    a.w[0][0] = a.w[1][0] = (const __nv_bfloat16 *)w;
+    a.y[0] = y, a.n[0] = n, a.y[1] = y32, a.n[1] = 32;
+    CK(wg_gemm(&a, m, K, 0));
 }
 /* y (row-major m x n) = x W^T: in cuBLAS's column-major terms y^T (n x m) = W (n x K) . x^T (K x m). */
 static void run_cublas(cublasHandle_t h, const uint16_t *x, const uint16_t *w, float *y, int m, int n, int K) {
@@ -146,6 +160,24 @@ int main(void) {
                 CK(cudaMemcpy(hs.data(), ys, hs.size() * 4, cudaMemcpyDeviceToHost));
                 same &= memcmp(hs.data(), hy.data() + (size_t)off * n, hs.size() * 4) == 0;
             }
+        /* two weights in one launch (the shape and its first 32 rows) against their own launches */
+        {
+            float *y32 = NULL, *y32b = NULL;
+            CK(cudaMalloc(&y32, (size_t)200 * 32 * 4));
+            CK(cudaMalloc(&y32b, (size_t)200 * 32 * 4));
+            CK(cudaMemset(ys, 0xFF, (size_t)200 * n * 4));
+            run_wg_pair(x + (size_t)3000 * K, w, ys, y32, 200, n, K);
+            run_wg(x + (size_t)3000 * K, w, y32b, 200, 32, K);
+            CK(cudaDeviceSynchronize());
+            std::vector<float> hs((size_t)200 * n), a32(200 * 32), b32(200 * 32);
+            CK(cudaMemcpy(hs.data(), ys, hs.size() * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(a32.data(), y32, a32.size() * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(b32.data(), y32b, b32.size() * 4, cudaMemcpyDeviceToHost));
+            same &= memcmp(hs.data(), hy.data() + (size_t)3000 * n, hs.size() * 4) == 0;
+            same &= memcmp(a32.data(), b32.data(), a32.size() * 4) == 0;
+            CK(cudaFree(y32));
+            CK(cudaFree(y32b));
+        }
         /* two products (x = hi + lo, the split precision) against float64, and one row count against the 4096 */
         run_wg(x, w, y, M, n, K, xl);
         run_wg(x + (size_t)61 * K, w, ys, 7, n, K, xl + (size_t)61 * K);

@@ -97,52 +97,58 @@ static void test_matmul_decode(void) {
 /* matmul_multi (a block's projections in one launch) against one matmul per weight, bitwise, for
  * 4-bit and bf16 sets (with n_out not a multiple of 128 and different splits, and the GDN block's
  * shapes, whose weights alone would take different row tiles) and a mixed set (which falls back to one
- * launch per weight); 1, 6 and 37 rows. */
+ * launch per weight); 1, 6 and 37 rows. The same for matmul_prefill_multi against matmul_prefill (one wgmma
+ * launch for a set of one format; 1, 6, 37 and 129 rows), and both against the CPU. */
 static void test_matmul_multi(void) {
     struct { qwfmt f[4]; int n_out[4], count, n_in; const char *name; } sets[] = {
-        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {1000, 64, 300, 32}, 4, 1024, "matmul_multi 4b x4"},
+        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {1000, 64, 300, 32}, 4, 1024, "4b x4"},
         /* the GDN block's shapes: the 32-output weights alone take more row tiles than the job */
-        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {8192, 4096, 32, 32}, 4, 4096, "matmul_multi 4b gdn"},
-        {{QW_BF16, QW_BF16}, {520, 96}, 2, 1056, "matmul_multi bf16 x2"},
-        {{QW_AFFINE, QW_BF16, QW_AFFINE}, {256, 130, 33}, 3, 1024, "matmul_multi mixed x3"}};
-    const int ns[3] = {1, 6, 37};
-    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
-        const int count = sets[k].count, n_in = sets[k].n_in;
-        wpair W[4];
-        const qweight *Wg[4];
-        buf y[4], y1[4];
-        float *Yg[4];
-        buf x = mk_rand((size_t)37 * n_in, 1.0f);
-        for (int i = 0; i < count; i++) {
-            W[i] = mk_weight(sets[k].f[i], sets[k].n_out[i], n_in, sets[k].f[i] == QW_AFFINE ? 4 : 0, 64);
-            Wg[i] = &W[i].g;
-            y[i] = mk((size_t)37 * sets[k].n_out[i] * 4, NULL);
-            y1[i] = mk((size_t)37 * sets[k].n_out[i] * 4, NULL);
-            Yg[i] = (float *)y[i].g;
-        }
-        int same = 1;
-        for (int q = 0; q < 3; q++) {
-            OK(gpu->ops->matmul_multi(gpu, x.g, ns[q], count, Wg, Yg));
+        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {8192, 4096, 32, 32}, 4, 4096, "4b gdn"},
+        {{QW_BF16, QW_BF16}, {520, 96}, 2, 1056, "bf16 x2"},
+        {{QW_AFFINE, QW_BF16, QW_AFFINE}, {256, 130, 33}, 3, 1024, "mixed x3"}};
+    const int ns[4] = {1, 6, 37, 129}; /* 129: two row blocks of the wgmma kernel */
+    for (int prefill = 0; prefill < 2; prefill++)
+        for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+            const int count = sets[k].count, n_in = sets[k].n_in, nq = prefill ? 4 : 3, rows = ns[nq - 1];
+            wpair W[4];
+            const qweight *Wg[4];
+            buf y[4], y1[4];
+            float *Yg[4];
+            buf x = mk_rand((size_t)rows * n_in, 1.0f);
             for (int i = 0; i < count; i++) {
-                OK(gpu->ops->matmul(gpu, x.g, ns[q], Wg[i], y1[i].g));
-                const size_t bytes = (size_t)ns[q] * sets[k].n_out[i] * 4;
-                float *a = malloc(bytes), *b = malloc(bytes);
-                OK(gpu->ops->download(gpu, a, y[i].g, bytes));
-                OK(gpu->ops->download(gpu, b, y1[i].g, bytes));
-                same &= memcmp(a, b, bytes) == 0;
-                free(a); free(b);
+                W[i] = mk_weight(sets[k].f[i], sets[k].n_out[i], n_in, sets[k].f[i] == QW_AFFINE ? 4 : 0, 64);
+                Wg[i] = &W[i].g;
+                y[i] = mk((size_t)rows * sets[k].n_out[i] * 4, NULL);
+                y1[i] = mk((size_t)rows * sets[k].n_out[i] * 4, NULL);
+                Yg[i] = (float *)y[i].g;
             }
+            int same = 1;
+            for (int q = 0; q < nq; q++) {
+                OK(prefill ? gpu->ops->matmul_prefill_multi(gpu, x.g, ns[q], count, Wg, Yg)
+                           : gpu->ops->matmul_multi(gpu, x.g, ns[q], count, Wg, Yg));
+                for (int i = 0; i < count; i++) {
+                    OK(prefill ? gpu->ops->matmul_prefill(gpu, x.g, ns[q], Wg[i], y1[i].g)
+                               : gpu->ops->matmul(gpu, x.g, ns[q], Wg[i], y1[i].g));
+                    const size_t bytes = (size_t)ns[q] * sets[k].n_out[i] * 4;
+                    float *a = malloc(bytes), *b = malloc(bytes);
+                    OK(gpu->ops->download(gpu, a, y[i].g, bytes));
+                    OK(gpu->ops->download(gpu, b, y1[i].g, bytes));
+                    same &= memcmp(a, b, bytes) == 0;
+                    free(a); free(b);
+                }
+            }
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", prefill ? "matmul_prefill_multi" : "matmul_multi", sets[k].name);
+            expect_flag(name, same);
+            for (int i = 0; i < count; i++) {
+                OK(cpu->ops->matmul(cpu, x.c, rows, &W[i].c, y[i].c));
+                char nm[96];
+                snprintf(nm, sizeof nm, "%s: weight %d vs cpu", name, i);
+                expect_close(nm, y[i], prefill && prefill_bf16_mode() ? 2e-2 : 1e-5);
+                rm(y[i]); rm(y1[i]); rm_weight(W[i]);
+            }
+            rm(x);
         }
-        expect_flag(sets[k].name, same);
-        for (int i = 0; i < count; i++) {
-            OK(cpu->ops->matmul(cpu, x.c, 37, &W[i].c, y[i].c));
-            char nm[64];
-            snprintf(nm, sizeof nm, "%s: weight %d vs cpu", sets[k].name, i);
-            expect_close(nm, y[i], 1e-5);
-            rm(y[i]); rm(y1[i]); rm_weight(W[i]);
-        }
-        rm(x);
-    }
 }
 
 /* The prefill GEMM (cuda_gemm.cu: cuBLASLt, bf16 and 4-bit weights) against the CPU, in the precision

@@ -38,7 +38,8 @@
  * else cuBLASLt; anything else (f32/f16, other bit widths, odd shapes) takes the SIMT tiled kernel below,
  * as does a shape for which neither the heuristic nor the enumeration finds a cuBLASLt algorithm that takes
  * the probe row counts (shape_select). QUILL_PREFILL_GEMM=cublaslt keeps every weight off the wgmma kernel
- * (the A/B), QUILL_PREFILL_GEMM=tiled sends every weight to the tiled kernel.
+ * (the A/B), QUILL_PREFILL_GEMM=tiled sends every weight to the tiled kernel. matmul_prefill_multi (a block's
+ * projections) splits x once and runs its weights in one wgmma launch when they all take it.
  *
  * cuBLASLt is loaded with dlopen on the first call that needs it (cuda_gemm_lt.cu; nothing loads it at
  * startup); the handle, workspace and bf16 scratch (x_hi/x_lo, and w_hi/w_lo for 4-bit weights, grown on
@@ -300,28 +301,46 @@ static int lt_eligible(const qweight *W) {
     return W->fmt == QW_AFFINE && W->bits == 4 && W->group % 8 == 0;
 }
 
-/* The bf16 operands of a prompt call: x split into g->x_hi (and g->x_lo in split mode), a 4-bit W
- * dequantized into g->w_hi (and g->w_lo); *wh is W's hi part (the weight itself when bf16). */
-static qstatus prefill_operands(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W,
-                                const __nv_bfloat16 **wh) {
+/* x split into g->x_hi (and g->x_lo in split mode): once per call, shared by the call's weights. */
+static qstatus split_x(qbackend *be, cu_gemm *g, const float *x, int n, int64_t K) {
     cuda_state *s = (cuda_state *)be->impl;
-    const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
-    const int64_t K = W->n_in, nx = (int64_t)n * K, nw = W->n_out * K;
+    const int split = g->mode == MODE_SPLIT;
+    const int64_t nx = (int64_t)n * K;
     Q_TRY(grow(s, &g->x_hi, &g->x_lo, &g->x_cap, (size_t)nx, split));
-    if (affine) Q_TRY(grow(s, &g->w_hi, &g->w_lo, &g->w_cap, (size_t)nw, split));
     __nv_bfloat16 *xl = split ? g->x_lo : NULL;
     if (((uintptr_t)x & 15) == 0)
         split_x4_kernel<<<ew_blocks(be, nx / 4), 256, 0, s->stream>>>((const float4 *)x, nx / 4, g->x_hi, xl);
     else
         split_x1_kernel<<<ew_blocks(be, nx), 256, 0, s->stream>>>(x, nx, g->x_hi, xl);
     CU_LAUNCHED("matmul_prefill (split x)");
-    *wh = (const __nv_bfloat16 *)W->w;
-    if (affine) {
-        dequant4_kernel<<<ew_blocks(be, nw / 8), 256, 0, s->stream>>>(*W, g->w_hi, split ? g->w_lo : NULL);
-        CU_LAUNCHED("matmul_prefill (dequantize)");
-        *wh = g->w_hi;
-    }
     return Q_OK;
+}
+
+/* A 4-bit W dequantized into g->w_hi (and g->w_lo in split mode) at element offset off (the scratch already
+ * holds it); *wh is W's hi part (the weight itself when bf16). */
+static qstatus weight_hi(qbackend *be, cu_gemm *g, const qweight *W, int64_t off, const __nv_bfloat16 **wh) {
+    *wh = (const __nv_bfloat16 *)W->w;
+    if (W->fmt != QW_AFFINE) return Q_OK;
+    const int64_t nw = W->n_out * W->n_in;
+    dequant4_kernel<<<ew_blocks(be, nw / 8), 256, 0, cu_stream(be)>>>(*W, g->w_hi + off,
+                                                                      g->mode == MODE_SPLIT ? g->w_lo + off : NULL);
+    CU_LAUNCHED("matmul_prefill (dequantize)");
+    *wh = g->w_hi + off;
+    return Q_OK;
+}
+
+/* Grows the weight scratch for `elems` dequantized elements (none when every weight is bf16). */
+static qstatus grow_w(qbackend *be, cu_gemm *g, int64_t elems) {
+    if (elems == 0) return Q_OK;
+    return grow((cuda_state *)be->impl, &g->w_hi, &g->w_lo, &g->w_cap, (size_t)elems, g->mode == MODE_SPLIT);
+}
+
+/* The bf16 operands of a one-weight prompt call (the cuBLASLt path). */
+static qstatus prefill_operands(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W,
+                                const __nv_bfloat16 **wh) {
+    Q_TRY(grow_w(be, g, W->fmt == QW_AFFINE ? W->n_out * W->n_in : 0));
+    Q_TRY(split_x(be, g, x, n, W->n_in));
+    return weight_hi(be, g, W, 0, wh);
 }
 
 static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float *x, int n, const qweight *W, float *y) {
@@ -341,25 +360,41 @@ static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float 
     return st;
 }
 
-/* Whether a weight takes the wgmma kernel (QUILL_PREFILL_GEMM=wgmma): its properties only. */
+/* Whether a weight takes the wgmma kernel: its properties only. */
 static int wg_eligible(const qweight *W) {
-    return lt_eligible(W) && W->n_in % WG_BK == 0 && W->n_out >= WG_BN && W->n_out <= 2147483647LL &&
+    return lt_eligible(W) && W->n_in % WG_BK == 0 && W->n_out <= 2147483647LL &&
            (W->fmt == QW_AFFINE || ((uintptr_t)W->w & 15) == 0);
 }
 
-/* The same products as lt_prefill, summed in one accumulator by one launch. */
-static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W, float *y) {
-    const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
-    if ((uintptr_t)y & 15) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
-    const __nv_bfloat16 *wh = NULL;
-    Q_TRY(prefill_operands(be, g, x, n, W, &wh));
-    /* smallest first: hi.lo, (4-bit) lo.hi, then hi.hi */
-    const __nv_bfloat16 *xs[3], *ws[3];
-    int np = 0;
-    if (split) xs[np] = g->x_lo, ws[np++] = wh;
-    if (split && affine) xs[np] = g->x_hi, ws[np++] = g->w_lo;
-    xs[np] = g->x_hi, ws[np++] = wh;
-    CU_TRY(wg_gemm(xs, ws, np, y, n, (int)W->n_out, (int)W->n_in, cu_stream(be)), "matmul_prefill (wgmma)");
+/* The weights that share x in one wgmma launch: x split once, the 4-bit ones dequantized side by side in the
+ * scratch; per weight the same products as lt_prefill, summed in one accumulator. */
+static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, int n, int count, const qweight *const *W,
+                          float *const *y) {
+    const int split = g->mode == MODE_SPLIT;
+    int64_t deq = 0;
+    for (int i = 0; i < count; i++) {
+        if ((uintptr_t)y[i] & 15) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
+        if (W[i]->fmt == QW_AFFINE) deq += W[i]->n_out * W[i]->n_in;
+    }
+    Q_TRY(grow_w(be, g, deq));
+    Q_TRY(split_x(be, g, x, n, W[0]->n_in));
+    wg_args a;
+    memset(&a, 0, sizeof a);
+    a.x[0] = g->x_hi, a.x[1] = split ? g->x_lo : NULL, a.count = count;
+    int64_t off = 0;
+    for (int i = 0; i < count; i++) {
+        const __nv_bfloat16 *wh = NULL;
+        Q_TRY(weight_hi(be, g, W[i], off, &wh));
+        /* smallest first: hi.lo, (4-bit) lo.hi, then hi.hi */
+        int np = 0;
+        if (split) a.xsel[np] = 1, a.w[i][np++] = wh;
+        if (split && W[i]->fmt == QW_AFFINE) a.xsel[np] = 0, a.w[i][np++] = g->w_lo + off;
+        a.xsel[np] = 0, a.w[i][np++] = wh;
+        a.products = np; /* the same for every weight of a call: the mode and format agree (cuda_matmul_prefill_multi) */
+        a.y[i] = y[i], a.n[i] = (int)W[i]->n_out;
+        if (W[i]->fmt == QW_AFFINE) off += W[i]->n_out * W[i]->n_in;
+    }
+    CU_TRY(wg_gemm(&a, n, (int)W[0]->n_in, cu_stream(be)), "matmul_prefill (wgmma)");
     return Q_OK;
 }
 
@@ -369,12 +404,31 @@ qstatus cuda_matmul_prefill(qbackend *be, const float *x, int n, const qweight *
     cu_gemm *g = NULL;
     Q_TRY(gemm_state(be, &g));
     if (g->mode == MODE_TILED || !lt_eligible(W)) return tiled_prefill(be, x, n, W, y);
-    if (g->wgmma && wg_eligible(W)) return wg_prefill(be, g, x, n, W, y);
+    if (g->wgmma && wg_eligible(W)) return wg_prefill(be, g, x, n, 1, &W, &y);
     Q_TRY(lt_ready(g));
     gemm_shape *sh = NULL;
     Q_TRY(shape_get(g, W->n_out, W->n_in, &sh));
     if (!sh->ok) return tiled_prefill(be, x, n, W, y);
     return lt_prefill(be, g, sh, x, n, W, y);
+}
+
+/* Weights that share the prompt rows x: one wgmma launch when every weight takes it and they agree on n_in
+ * and format (the products per weight follow the format), else one call each; bitwise the same either way. */
+qstatus cuda_matmul_prefill_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W,
+                                  float *const *y) {
+    if (count < 1 || count > WG_WEIGHTS)
+        return q_fail(Q_EINVAL, "cuda matmul_prefill_multi: %d weights (1..%d)", count, WG_WEIGHTS);
+    if (n <= 0) return Q_OK;
+    cu_gemm *g = NULL;
+    Q_TRY(gemm_state(be, &g));
+    int one = g->mode != MODE_TILED && g->wgmma;
+    for (int i = 0; i < count; i++) {
+        Q_TRY(check_weight(W[i]));
+        one &= wg_eligible(W[i]) && W[i]->n_in == W[0]->n_in && W[i]->fmt == W[0]->fmt;
+    }
+    if (one) return wg_prefill(be, g, x, n, count, W, y);
+    for (int i = 0; i < count; i++) Q_TRY(cuda_matmul_prefill(be, x, n, W[i], y[i]));
+    return Q_OK;
 }
 
 extern "C" int cuda_prefill_gemm_describe(qbackend *be, const qweight *W, char *buf, size_t len) {

@@ -12,6 +12,8 @@
  * its 64 rows of the x tile times the 256 weight rows (two wgmma.m64n128k16 per k16), then every consumer
  * warp signals the stage's `empty` barrier once its MMAs that read the stage are done, and the producer
  * refills it. Rows past m and outputs past n come in as zeros (TMA's bounds) and are not stored.
+ * One launch takes up to 4 weights that share x (a block's projections: wg_job), so a small one (the GDN
+ * gates' 32 outputs) rides along with the large ones instead of running a launch of a few blocks.
  * Up to 3 products run through the one accumulator, smallest first (the split precision's hi.lo and lo.hi,
  * then hi.hi: the small terms add up at their own scale before the large ones arrive).
  *
@@ -154,25 +156,36 @@ template <int R> __device__ __forceinline__ void wg_setmaxnreg_inc(void) {
 #endif
 }
 
-/* The tensor maps of up to 3 products (x_p: m x K, W_p: n x K), in the order they are summed. */
+/* One launch: up to WG_WEIGHTS weights that share the rows x (a block's projections), each y_i (m x n_i) =
+ * sum over products p of x[xsel[p]] . w[i][p]^T, in product order. The blocks of the launch are the row
+ * blocks times every weight's column blocks (nb0[i] is weight i's first), so a small weight rides along with
+ * a large one instead of running a launch of a few blocks. */
+#define WG_WEIGHTS 4
 struct wg_job {
-    CUtensorMap x[WG_PRODUCTS], w[WG_PRODUCTS];
-    int products;
+    CUtensorMap x[2];                        /* the split's x_hi and x_lo (bf16 mode: x_hi alone) */
+    CUtensorMap w[WG_WEIGHTS][WG_PRODUCTS]; /* weight i's operand of product p */
+    float *y[WG_WEIGHTS];
+    int n[WG_WEIGHTS], nb0[WG_WEIGHTS + 1];
+    int count, products;
+    int xsel[WG_PRODUCTS];
 };
 
-/* grid (ceil(m / 128) * ceil(n / 256)), WG_THREADS threads, WG_SMEM bytes of dynamic shared memory.
+/* grid (ceil(m / 128) * nb0[count]), WG_THREADS threads, WG_SMEM bytes of dynamic shared memory.
  * K % 64 == 0. Tile t of the K loop is k-tile t % KT of product t / KT. */
 __global__ void __launch_bounds__(WG_THREADS, 1)
-    wg_gemm_kernel(const __grid_constant__ wg_job job, float *__restrict__ y, int m, int n, int K) {
+    wg_gemm_kernel(const __grid_constant__ wg_job job, int m, int K) {
     extern __shared__ unsigned char wg_smem[];
     __shared__ __align__(8) uint64_t full[WG_STAGES], empty[WG_STAGES];
     const uint32_t base = (cu_smem_addr(wg_smem) + 1023u) & ~1023u;
     const int KT = K / WG_BK, NT = KT * job.products, wgi = threadIdx.x >> 7;
-    /* block -> tile: WG_GROUP_M row blocks walk the weight blocks together */
-    const int nbm = (m + WG_BM - 1) / WG_BM, nbn = (n + WG_BN - 1) / WG_BN, per_group = WG_GROUP_M * nbn;
+    /* block -> tile: WG_GROUP_M row blocks walk the column blocks together */
+    const int nbm = (m + WG_BM - 1) / WG_BM, nbn = job.nb0[job.count], per_group = WG_GROUP_M * nbn;
     const int group = (int)blockIdx.x / per_group, first = group * WG_GROUP_M;
     const int gsize = min(nbm - first, WG_GROUP_M), in_group = (int)blockIdx.x % per_group;
-    const int row0 = (first + in_group % gsize) * WG_BM, col0 = (in_group / gsize) * WG_BN;
+    const int row0 = (first + in_group % gsize) * WG_BM, nb = in_group / gsize;
+    int wi = 0;
+    while (wi + 1 < job.count && nb >= job.nb0[wi + 1]) wi++;
+    const int col0 = (nb - job.nb0[wi]) * WG_BN, n = job.n[wi];
     if (threadIdx.x == 0) {
         for (int s = 0; s < WG_STAGES; s++) {
             wg_bar_init(cu_smem_addr(&full[s]), 1);
@@ -191,8 +204,8 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
             if (t >= WG_STAGES) wg_bar_wait(cu_smem_addr(&empty[s]), (uint32_t)((t / WG_STAGES - 1) & 1));
             const uint32_t bar = cu_smem_addr(&full[s]), st = base + (uint32_t)s * WG_STAGE_BYTES;
             wg_bar_expect(bar, WG_STAGE_BYTES);
-            wg_tma_load(st, &job.x[p], k, row0, bar);
-            wg_tma_load(st + WG_X_BYTES, &job.w[p], k, col0, bar);
+            wg_tma_load(st, &job.x[job.xsel[p]], k, row0, bar);
+            wg_tma_load(st + WG_X_BYTES, &job.w[wi][p], k, col0, bar);
         }
         return;
     }
@@ -224,6 +237,7 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     wg_pin(d1);
     /* d[4 nb + q]: row 16 warp + lane / 4 (+ 8 for q >= 2), column 8 nb + 2 (lane % 4) (+ 1 for odd q) */
     const int64_t r = row0 + c * 64 + warp * 16 + (lane >> 2);
+    float *__restrict__ y = job.y[wi];
 #pragma unroll
     for (int half = 0; half < 2; half++)
 #pragma unroll
@@ -286,10 +300,19 @@ static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-/* y (m x n, f32) = sum over p < products of x[p] (m x K) . w[p] (n x K)^T, in that order; K % 64 == 0, every
- * operand 16-byte aligned. A plain launch: prompt work does not use programmatic launch. */
-static inline cudaError_t wg_gemm(const __nv_bfloat16 *const *x, const __nv_bfloat16 *const *w, int products,
-                                  float *y, int m, int n, int K, cudaStream_t st) {
+/* What one launch computes, in host terms: y[i] (m x n[i], f32) = sum over p < products of
+ * x[xsel[p]] (m x K) . w[i][p] (n[i] x K)^T, in product order, for i < count; K % 64 == 0, every operand
+ * 16-byte aligned. */
+struct wg_args {
+    const __nv_bfloat16 *x[2];
+    int xsel[WG_PRODUCTS], products, count;
+    const __nv_bfloat16 *w[WG_WEIGHTS][WG_PRODUCTS];
+    float *y[WG_WEIGHTS];
+    int n[WG_WEIGHTS];
+};
+
+/* A plain launch: prompt work does not use programmatic launch. */
+static inline cudaError_t wg_gemm(const wg_args *a, int m, int K, cudaStream_t st) {
     static int attr; /* racing first callers set the same value */
     if (!attr) {
         const cudaError_t e =
@@ -297,17 +320,30 @@ static inline cudaError_t wg_gemm(const __nv_bfloat16 *const *x, const __nv_bflo
         if (e != cudaSuccess) return e;
         attr = 1;
     }
-    if (products < 1 || products > WG_PRODUCTS || K % WG_BK) return cudaErrorInvalidValue;
+    if (a->products < 1 || a->products > WG_PRODUCTS || a->count < 1 || a->count > WG_WEIGHTS || K % WG_BK)
+        return cudaErrorInvalidValue;
     wg_job job;
     memset(&job, 0, sizeof job);
-    job.products = products;
-    for (int p = 0; p < products; p++) {
-        cudaError_t e = wg_map(&job.x[p], x[p], m, K, WG_BM);
-        if (e == cudaSuccess) e = wg_map(&job.w[p], w[p], n, K, WG_BN);
+    job.products = a->products, job.count = a->count;
+    for (int j = 0; j < 2; j++) {
+        if (!a->x[j]) continue;
+        const cudaError_t e = wg_map(&job.x[j], a->x[j], m, K, WG_BM);
         if (e != cudaSuccess) return e;
     }
-    const int blocks = ((m + WG_BM - 1) / WG_BM) * ((n + WG_BN - 1) / WG_BN);
-    wg_gemm_kernel<<<blocks, WG_THREADS, WG_SMEM, st>>>(job, y, m, n, K);
+    for (int p = 0; p < a->products; p++) {
+        if (a->xsel[p] < 0 || a->xsel[p] > 1 || !a->x[a->xsel[p]]) return cudaErrorInvalidValue;
+        job.xsel[p] = a->xsel[p];
+    }
+    for (int i = 0; i < a->count; i++) {
+        job.y[i] = a->y[i], job.n[i] = a->n[i];
+        job.nb0[i + 1] = job.nb0[i] + (a->n[i] + WG_BN - 1) / WG_BN;
+        for (int p = 0; p < a->products; p++) {
+            const cudaError_t e = wg_map(&job.w[i][p], a->w[i][p], a->n[i], K, WG_BN);
+            if (e != cudaSuccess) return e;
+        }
+    }
+    const int blocks = ((m + WG_BM - 1) / WG_BM) * job.nb0[a->count];
+    wg_gemm_kernel<<<blocks, WG_THREADS, WG_SMEM, st>>>(job, m, K);
     return cudaGetLastError();
 }
 

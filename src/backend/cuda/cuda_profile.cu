@@ -111,17 +111,27 @@ static qstatus p_matmul_prefill(qbackend *be, const float *x, int n, const qweig
     return timed_matmul("matmul_prefill", be, x, n, W, y, P.real->matmul_prefill);
 }
 
-static qstatus p_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y) {
+/* "what n_out1+n_out2... xn_in fmt" around a call of several weights */
+static qstatus timed_multi(const char *what, qbackend *be, const float *x, int n, int count, const qweight *const *W,
+                           float *const *y,
+                           qstatus (*real)(qbackend *, const float *, int, int, const qweight *const *, float *const *)) {
     char name[64];
-    int len = snprintf(name, sizeof name, "matmul_multi");
+    int len = snprintf(name, sizeof name, "%s", what);
     for (int i = 0; i < count && len < (int)sizeof name; i++)
         len += snprintf(name + len, sizeof name - (size_t)len, "%s%lld", i ? "+" : " ", (long long)W[i]->n_out);
     if (count > 0 && len < (int)sizeof name)
         snprintf(name + len, sizeof name - (size_t)len, " x%lld %s", (long long)W[0]->n_in, fmt_name(W[0]));
     const int k = begin(be, name);
-    const qstatus s = P.real->matmul_multi(be, x, n, count, W, y);
+    const qstatus s = real(be, x, n, count, W, y);
     end(be, k);
     return s;
+}
+static qstatus p_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y) {
+    return timed_multi("matmul_multi", be, x, n, count, W, y, P.real->matmul_multi);
+}
+static qstatus p_matmul_prefill_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W,
+                                      float *const *y) {
+    return timed_multi("matmul_prefill", be, x, n, count, W, y, P.real->matmul_prefill_multi);
 }
 
 #define TIMED(op, fn) timed<decltype(fn), fn, __LINE__>
@@ -162,6 +172,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     o.matmul = p_matmul;
     o.matmul_prefill = p_matmul_prefill;
     if (o.matmul_multi) o.matmul_multi = p_matmul_multi;
+    if (o.matmul_prefill_multi) o.matmul_prefill_multi = p_matmul_prefill_multi;
     profiled = o;
     be->ops = &profiled;
     return Q_OK;
