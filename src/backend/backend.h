@@ -102,6 +102,10 @@ typedef struct qbackend_ops {
     qstatus (*matmul_prefill_multi)(qbackend *be, const float *x, int n, int count, const qweight *const *W,
                                     float *const *y);
 
+    /* Optional (NULL: swiglu, then matmul_prefill): y = swiglu(gate, up) . W^T for prompt rows (gate and up
+     * n x W->n_in), bitwise what those two give; gate may be overwritten. */
+    qstatus (*swiglu_matmul_prefill)(qbackend *be, float *gate, const float *up, int n, const qweight *W, float *y);
+
     /* NeoX (rotate-half) RoPE in place on the first rot_dim dims of each head: pairs (j, j + rot/2)
      * rotate by pos[r] * theta^(-2j/rot). x: [n][n_heads][head_dim]; pos: backend int32 [n]. */
     qstatus (*rope)(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,

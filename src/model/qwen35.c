@@ -318,27 +318,28 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
     return Q_OK;
 }
 
-/* y[i] = x . W[i]^T for weights that share the rows x: decode ranges in one pass where the backend has
- * matmul_multi, prompt ranges where it has matmul_prefill_multi (bitwise the same as one call each). */
-static qstatus mm_multi(qwen35_model *m, const float *x, int count, const qweight *const *W, float *const *y) {
+/* y[i] = x . W[i]^T for weights that share the rows x, over range r of the batch (x, y[i] at its first row):
+ * decode ranges in one pass where the backend has matmul_multi, prompt ranges where it has
+ * matmul_prefill_multi (bitwise the same as one call each). */
+static qstatus mm_range(qwen35_model *m, int r, const float *x, int count, const qweight *const *W, float *const *y) {
     const qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
+    const int len = s->range_start[r + 1] - s->range_start[r], prefill = s->range_prefill[r];
+    if (!prefill && be->ops->matmul_multi) return be->ops->matmul_multi(be, x, len, count, W, y);
+    if (prefill && be->ops->matmul_prefill_multi) return be->ops->matmul_prefill_multi(be, x, len, count, W, y);
+    for (int i = 0; i < count; i++)
+        Q_TRY(prefill ? be->ops->matmul_prefill(be, x, len, W[i], y[i]) : be->ops->matmul(be, x, len, W[i], y[i]));
+    return Q_OK;
+}
+
+/* mm_range over every range of the batch. */
+static qstatus mm_multi(qwen35_model *m, const float *x, int count, const qweight *const *W, float *const *y) {
+    const qwen35_scratch *s = m->scratch;
     for (int r = 0; r < s->n_ranges; r++) {
-        const int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
-        const float *xr = x + (int64_t)r0 * W[0]->n_in;
+        const int r0 = s->range_start[r];
         float *yr[4];
         for (int i = 0; i < count; i++) yr[i] = y[i] + (int64_t)r0 * W[i]->n_out;
-        if (!s->range_prefill[r] && be->ops->matmul_multi) {
-            Q_TRY(be->ops->matmul_multi(be, xr, len, count, W, yr));
-            continue;
-        }
-        if (s->range_prefill[r] && be->ops->matmul_prefill_multi) {
-            Q_TRY(be->ops->matmul_prefill_multi(be, xr, len, count, W, yr));
-            continue;
-        }
-        for (int i = 0; i < count; i++)
-            Q_TRY(s->range_prefill[r] ? be->ops->matmul_prefill(be, xr, len, W[i], yr[i])
-                                      : be->ops->matmul(be, xr, len, W[i], yr[i]));
+        Q_TRY(mm_range(m, r, x + (int64_t)r0 * W[0]->n_in, count, W, yr));
     }
     return Q_OK;
 }
@@ -402,8 +403,25 @@ static qstatus mlp_block(qwen35_model *m, int l, int n) {
     const qweight *W[2] = {&L->gate_proj, &L->up_proj};
     float *const Y[2] = {s->gate, s->up};
     Q_TRY(mm_multi(m, s->h, 2, W, Y));
-    Q_TRY(be->ops->swiglu(be, s->gate, s->up, (int64_t)n * m->cfg.intermediate, s->gate));
-    return mm(m, s->gate, &L->down_proj, s->out);
+    if (!be->ops->swiglu_matmul_prefill) {
+        Q_TRY(be->ops->swiglu(be, s->gate, s->up, (int64_t)n * m->cfg.intermediate, s->gate));
+        return mm(m, s->gate, &L->down_proj, s->out);
+    }
+    /* prompt ranges: swiglu goes into the down projection's input pass (bitwise the same) */
+    const int64_t I = m->cfg.intermediate, D = L->down_proj.n_out;
+    for (int r = 0; r < s->n_ranges; r++) {
+        const int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
+        float *g = s->gate + r0 * I, *o = s->out + r0 * D;
+        const float *u = s->up + r0 * I;
+        if (s->range_prefill[r]) {
+            Q_TRY(be->ops->swiglu_matmul_prefill(be, g, u, len, &L->down_proj, o));
+            continue;
+        }
+        const qweight *Wd = &L->down_proj;
+        Q_TRY(be->ops->swiglu(be, g, u, (int64_t)len * I, g));
+        Q_TRY(mm_range(m, r, g, 1, &Wd, &o));
+    }
+    return Q_OK;
 }
 
 qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,

@@ -281,8 +281,40 @@ static void test_add_rmsnorm_argmax(void) {
     rm(x); rm(r); rm(w); rm(x2); rm(y); rm(y2); rm(lg); rm(ic);
 }
 
+/* swiglu_matmul_prefill (the down projection with swiglu in its input pass) against swiglu then
+ * matmul_prefill, bitwise, bf16 and 4-bit, 37 and 129 rows, gate and up 16-byte aligned and not. */
+static void test_swiglu_matmul_prefill(void) {
+    const qwfmt fmts[2] = {QW_BF16, QW_AFFINE};
+    const int n_out = 260, n_in = 640, rows = 129;
+    for (int f = 0; f < 2; f++) {
+        wpair W = mk_weight(fmts[f], n_out, n_in, fmts[f] == QW_AFFINE ? 4 : 0, 64);
+        buf gt = mk_rand((size_t)rows * n_in + 4, 2.0f), up = mk_rand((size_t)rows * n_in + 4, 1.0f);
+        buf g2 = mk((size_t)rows * n_in * 4 + 16, NULL), y = mk((size_t)rows * n_out * 4, NULL);
+        buf y2 = mk((size_t)rows * n_out * 4, NULL);
+        int same = 1;
+        for (int k = 0; k < 4; k++) {
+            const int m = k & 1 ? rows : 37, off = k & 2 ? 1 : 0; /* off 1: not 16-byte aligned */
+            const size_t yb = (size_t)m * n_out * 4;
+            float *g = (float *)gt.g + off, *u = (float *)up.g + off, *gc = (float *)g2.g + off;
+            OK(gpu->ops->copy(gpu, gc, g, (size_t)m * n_in * 4)); /* the op may overwrite gate */
+            OK(gpu->ops->swiglu_matmul_prefill(gpu, gc, u, m, &W.g, y.g));
+            OK(gpu->ops->swiglu(gpu, g, u, (int64_t)m * n_in, gc));
+            OK(gpu->ops->matmul_prefill(gpu, gc, m, &W.g, y2.g));
+            float *a = malloc(yb), *b = malloc(yb);
+            OK(gpu->ops->download(gpu, a, y.g, yb));
+            OK(gpu->ops->download(gpu, b, y2.g, yb));
+            same &= memcmp(a, b, yb) == 0;
+            free(a); free(b);
+        }
+        expect_flag(f ? "swiglu_matmul_prefill 4b = swiglu, matmul_prefill" : "swiglu_matmul_prefill bf16 = swiglu, "
+                                                                               "matmul_prefill", same);
+        rm(gt); rm(up); rm(g2); rm(y); rm(y2); rm_weight(W);
+    }
+}
+
 int main(void) {
     static void (*const tests[])(void) = {test_matmul, test_matmul_decode, test_matmul_multi, test_matmul_prefill_gemm,
-                                          test_norms_and_elementwise, test_add_rmsnorm_argmax};
+                                          test_swiglu_matmul_prefill, test_norms_and_elementwise,
+                                          test_add_rmsnorm_argmax};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

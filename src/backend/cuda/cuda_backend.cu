@@ -143,6 +143,7 @@ static qbackend_ops make_ops(void) {
     o.matmul_multi = cuda_matmul_multi;
     o.matmul_prefill = cuda_matmul_prefill;
     o.matmul_prefill_multi = cuda_matmul_prefill_multi;
+    o.swiglu_matmul_prefill = cuda_swiglu_matmul_prefill;
     o.rope = cuda_rope;
     o.attention = cuda_attention;
     o.mul_sigmoid = cuda_mul_sigmoid;

@@ -226,6 +226,7 @@ qstatus cuda_embed(qbackend *be, const qweight *table, const int32_t *ids, int n
 qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float *y);
 qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y);
 qstatus cuda_matmul_prefill(qbackend *be, const float *x, int n, const qweight *W, float *y);
+qstatus cuda_swiglu_matmul_prefill(qbackend *be, float *gate, const float *up, int n, const qweight *W, float *y);
 qstatus cuda_matmul_prefill_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W,
                                   float *const *y);
 qstatus cuda_rmsnorm(qbackend *be, const float *x, int64_t x_stride, const float *w, int64_t n_vec,

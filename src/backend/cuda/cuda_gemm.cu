@@ -138,10 +138,21 @@ __device__ __forceinline__ void split1(float v, __nv_bfloat16 *h, __nv_bfloat16 
     *l = __float2bfloat16_rn(isfinite(r) ? r : 0.0f);
 }
 
-__global__ void split_x4_kernel(const float4 *__restrict__ x, int64_t n4, __nv_bfloat16 *__restrict__ hi,
-                                __nv_bfloat16 *__restrict__ lo) {
+/* x itself, or (up not NULL) silu(x) * up as cuda_swiglu computes it: the product rounded to f32 before the
+ * split (__fmul_rn: never contracted into the split's subtraction). */
+__device__ __forceinline__ float split_in(const float *__restrict__ x, const float *__restrict__ up, int64_t i) {
+    return up ? __fmul_rn(silu_f(x[i]), up[i]) : x[i];
+}
+
+__global__ void split_x4_kernel(const float4 *__restrict__ x, const float4 *__restrict__ up, int64_t n4,
+                                __nv_bfloat16 *__restrict__ hi, __nv_bfloat16 *__restrict__ lo) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
-        const float4 v = x[i];
+        float4 v = x[i];
+        if (up) {
+            const float4 u = up[i];
+            v = make_float4(__fmul_rn(silu_f(v.x), u.x), __fmul_rn(silu_f(v.y), u.y), __fmul_rn(silu_f(v.z), u.z),
+                            __fmul_rn(silu_f(v.w), u.w));
+        }
         __align__(8) __nv_bfloat16 h[4], l[4];
         split1(v.x, &h[0], &l[0]);
         split1(v.y, &h[1], &l[1]);
@@ -153,11 +164,11 @@ __global__ void split_x4_kernel(const float4 *__restrict__ x, int64_t n4, __nv_b
 }
 
 /* The same for x not 16-byte aligned: the same arithmetic element by element. */
-__global__ void split_x1_kernel(const float *__restrict__ x, int64_t n, __nv_bfloat16 *__restrict__ hi,
-                                __nv_bfloat16 *__restrict__ lo) {
+__global__ void split_x1_kernel(const float *__restrict__ x, const float *__restrict__ up, int64_t n,
+                                __nv_bfloat16 *__restrict__ hi, __nv_bfloat16 *__restrict__ lo) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         __nv_bfloat16 h, l;
-        split1(x[i], &h, &l);
+        split1(split_in(x, up, i), &h, &l);
         hi[i] = h;
         if (lo) lo[i] = l;
     }
@@ -301,17 +312,19 @@ static int lt_eligible(const qweight *W) {
     return W->fmt == QW_AFFINE && W->bits == 4 && W->group % 8 == 0;
 }
 
-/* x split into g->x_hi (and g->x_lo in split mode): once per call, shared by the call's weights. */
-static qstatus split_x(qbackend *be, cu_gemm *g, const float *x, int n, int64_t K) {
+/* x (or, with up, silu(x) * up) split into g->x_hi (and g->x_lo in split mode): once per call, shared by the
+ * call's weights. */
+static qstatus split_x(qbackend *be, cu_gemm *g, const float *x, const float *up, int n, int64_t K) {
     cuda_state *s = (cuda_state *)be->impl;
     const int split = g->mode == MODE_SPLIT;
     const int64_t nx = (int64_t)n * K;
     Q_TRY(grow(s, &g->x_hi, &g->x_lo, &g->x_cap, (size_t)nx, split));
     __nv_bfloat16 *xl = split ? g->x_lo : NULL;
-    if (((uintptr_t)x & 15) == 0)
-        split_x4_kernel<<<ew_blocks(be, nx / 4), 256, 0, s->stream>>>((const float4 *)x, nx / 4, g->x_hi, xl);
+    if ((((uintptr_t)x | (uintptr_t)up) & 15) == 0)
+        split_x4_kernel<<<ew_blocks(be, nx / 4), 256, 0, s->stream>>>((const float4 *)x, (const float4 *)up, nx / 4,
+                                                                     g->x_hi, xl);
     else
-        split_x1_kernel<<<ew_blocks(be, nx), 256, 0, s->stream>>>(x, nx, g->x_hi, xl);
+        split_x1_kernel<<<ew_blocks(be, nx), 256, 0, s->stream>>>(x, up, nx, g->x_hi, xl);
     CU_LAUNCHED("matmul_prefill (split x)");
     return Q_OK;
 }
@@ -339,7 +352,7 @@ static qstatus grow_w(qbackend *be, cu_gemm *g, int64_t elems) {
 static qstatus prefill_operands(qbackend *be, cu_gemm *g, const float *x, int n, const qweight *W,
                                 const __nv_bfloat16 **wh) {
     Q_TRY(grow_w(be, g, W->fmt == QW_AFFINE ? W->n_out * W->n_in : 0));
-    Q_TRY(split_x(be, g, x, n, W->n_in));
+    Q_TRY(split_x(be, g, x, NULL, n, W->n_in));
     return weight_hi(be, g, W, 0, wh);
 }
 
@@ -368,8 +381,8 @@ static int wg_eligible(const qweight *W) {
 
 /* The weights that share x in one wgmma launch: x split once, the 4-bit ones dequantized side by side in the
  * scratch; per weight the same products as lt_prefill, summed in one accumulator. */
-static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, int n, int count, const qweight *const *W,
-                          float *const *y) {
+static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, const float *up, int n, int count,
+                          const qweight *const *W, float *const *y) {
     const int split = g->mode == MODE_SPLIT;
     int64_t deq = 0;
     for (int i = 0; i < count; i++) {
@@ -377,7 +390,7 @@ static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, int n, int c
         if (W[i]->fmt == QW_AFFINE) deq += W[i]->n_out * W[i]->n_in;
     }
     Q_TRY(grow_w(be, g, deq));
-    Q_TRY(split_x(be, g, x, n, W[0]->n_in));
+    Q_TRY(split_x(be, g, x, up, n, W[0]->n_in));
     wg_args a;
     memset(&a, 0, sizeof a);
     a.x[0] = g->x_hi, a.x[1] = split ? g->x_lo : NULL, a.count = count;
@@ -404,7 +417,7 @@ qstatus cuda_matmul_prefill(qbackend *be, const float *x, int n, const qweight *
     cu_gemm *g = NULL;
     Q_TRY(gemm_state(be, &g));
     if (g->mode == MODE_TILED || !lt_eligible(W)) return tiled_prefill(be, x, n, W, y);
-    if (g->wgmma && wg_eligible(W)) return wg_prefill(be, g, x, n, 1, &W, &y);
+    if (g->wgmma && wg_eligible(W)) return wg_prefill(be, g, x, NULL, n, 1, &W, &y);
     Q_TRY(lt_ready(g));
     gemm_shape *sh = NULL;
     Q_TRY(shape_get(g, W->n_out, W->n_in, &sh));
@@ -426,9 +439,22 @@ qstatus cuda_matmul_prefill_multi(qbackend *be, const float *x, int n, int count
         Q_TRY(check_weight(W[i]));
         one &= wg_eligible(W[i]) && W[i]->n_in == W[0]->n_in && W[i]->fmt == W[0]->fmt;
     }
-    if (one) return wg_prefill(be, g, x, n, count, W, y);
+    if (one) return wg_prefill(be, g, x, NULL, n, count, W, y);
     for (int i = 0; i < count; i++) Q_TRY(cuda_matmul_prefill(be, x, n, W[i], y[i]));
     return Q_OK;
+}
+
+/* y = swiglu(gate, up) . W^T for prompt rows, bitwise what cuda_swiglu then cuda_matmul_prefill give: on the
+ * wgmma path the product goes straight into the split of x (no f32 copy of it is written); elsewhere gate is
+ * overwritten with it first. */
+qstatus cuda_swiglu_matmul_prefill(qbackend *be, float *gate, const float *up, int n, const qweight *W, float *y) {
+    if (n <= 0) return Q_OK;
+    Q_TRY(check_weight(W));
+    cu_gemm *g = NULL;
+    Q_TRY(gemm_state(be, &g));
+    if (g->mode != MODE_TILED && g->wgmma && wg_eligible(W)) return wg_prefill(be, g, gate, up, n, 1, &W, &y);
+    Q_TRY(cuda_swiglu(be, gate, up, (int64_t)n * W->n_in, gate));
+    return cuda_matmul_prefill(be, gate, n, W, y);
 }
 
 extern "C" int cuda_prefill_gemm_describe(qbackend *be, const qweight *W, char *buf, size_t len) {

@@ -111,6 +111,16 @@ static qstatus p_matmul_prefill(qbackend *be, const float *x, int n, const qweig
     return timed_matmul("matmul_prefill", be, x, n, W, y, P.real->matmul_prefill);
 }
 
+static qstatus p_swiglu_matmul_prefill(qbackend *be, float *gate, const float *up, int n, const qweight *W, float *y) {
+    char name[64];
+    snprintf(name, sizeof name, "swiglu+matmul_prefill %lldx%lld %s", (long long)W->n_out, (long long)W->n_in,
+             fmt_name(W));
+    const int k = begin(be, name);
+    const qstatus s = P.real->swiglu_matmul_prefill(be, gate, up, n, W, y);
+    end(be, k);
+    return s;
+}
+
 /* "what n_out1+n_out2... xn_in fmt" around a call of several weights */
 static qstatus timed_multi(const char *what, qbackend *be, const float *x, int n, int count, const qweight *const *W,
                            float *const *y,
@@ -173,6 +183,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     o.matmul_prefill = p_matmul_prefill;
     if (o.matmul_multi) o.matmul_multi = p_matmul_multi;
     if (o.matmul_prefill_multi) o.matmul_prefill_multi = p_matmul_prefill_multi;
+    if (o.swiglu_matmul_prefill) o.swiglu_matmul_prefill = p_swiglu_matmul_prefill;
     profiled = o;
     be->ops = &profiled;
     return Q_OK;
