@@ -42,17 +42,6 @@ static uint32_t xr32(void) {
     return (uint32_t)(rs >> 32);
 }
 static float frand(void) { return (float)(xr32() >> 8) / 8388608.0f - 1.0f; } /* [-1, 1) */
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* A weight on the host: bf16 values, or 4-bit codes with bf16 scales and biases (group 64). */
 typedef struct hw {
@@ -71,7 +60,7 @@ static hw hw_make(int q4, int64_t n_out, int64_t k) {
     h.k = k;
     if (!q4) {
         h.w16 = (uint16_t *)malloc((size_t)(n_out * k) * 2);
-        for (int64_t i = 0; i < n_out * k; i++) h.w16[i] = f2bf(0.05f * frand());
+        for (int64_t i = 0; i < n_out * k; i++) h.w16[i] = bench_f2bf(0.05f * frand());
     } else {
         const int64_t words = n_out * k / 8, ng = n_out * k / 64;
         h.codes = (uint32_t *)malloc((size_t)words * 4);
@@ -80,8 +69,8 @@ static hw hw_make(int q4, int64_t n_out, int64_t k) {
         for (int64_t i = 0; i < words; i++) h.codes[i] = xr32();
         for (int64_t i = 0; i < ng; i++) {
             const float s = 0.006f + 0.004f * frand();
-            h.sc[i] = f2bf(s);
-            h.bi[i] = f2bf(-7.5f * s + 0.002f * frand());
+            h.sc[i] = bench_f2bf(s);
+            h.bi[i] = bench_f2bf(-7.5f * s + 0.002f * frand());
         }
     }
     return h;
@@ -96,14 +85,14 @@ static void hw_free(hw *h) {
 static void hw_row(const hw *h, int64_t o, float *out) {
     for (int64_t i = 0; i < h->k; i++) {
         if (!h->q4) {
-            out[i] = bf2f(h->w16[o * h->k + i]);
+            out[i] = bench_bf2f(h->w16[o * h->k + i]);
             continue;
         }
         const uint32_t u = h->codes[(o * h->k + i) / 8];
         const float code = (float)((u >> (4 * (i % 8))) & 15u);
         const int64_t g = (o * h->k + i) / 64;
-        volatile float t = bf2f(h->sc[g]) * code;
-        out[i] = t + bf2f(h->bi[g]);
+        volatile float t = bench_bf2f(h->sc[g]) * code;
+        out[i] = t + bench_bf2f(h->bi[g]);
     }
 }
 

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "bench_check.h"
+
 /* ---- random data on the device ------------------------------------------------------------------ */
 __host__ __device__ static inline uint32_t hash32(uint64_t i, uint32_t seed) {
     uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
@@ -29,12 +31,6 @@ __global__ void fill_bf16(__nv_bfloat16 *p, size_t n, uint32_t seed, float offse
     }
 }
 
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* ---- one weight (with rotating copies) ---------------------------------------------------------- */
 struct wset {
@@ -91,7 +87,7 @@ static void weight_row(const qweight &W, int64_t o, std::vector<float> &out) {
     if (W.fmt == QW_BF16) {
         std::vector<uint16_t> h((size_t)K);
         CK(cudaMemcpy(h.data(), (const uint16_t *)W.w + o * K, (size_t)K * 2, cudaMemcpyDeviceToHost));
-        for (int64_t k = 0; k < K; k++) out[(size_t)k] = bf2f(h[(size_t)k]);
+        for (int64_t k = 0; k < K; k++) out[(size_t)k] = bench_bf2f(h[(size_t)k]);
         return;
     }
     const int64_t gpr = K / W.group;
@@ -102,8 +98,8 @@ static void weight_row(const qweight &W, int64_t o, std::vector<float> &out) {
     CK(cudaMemcpy(bi.data(), (const uint16_t *)W.biases + o * gpr, (size_t)gpr * 2, cudaMemcpyDeviceToHost));
     for (int64_t k = 0; k < K; k++) {
         const float q = (float)((w[(size_t)(k / 8)] >> (4 * (k % 8))) & 15u);
-        const volatile float p = bf2f(sc[(size_t)(k / W.group)]) * q;
-        out[(size_t)k] = p + bf2f(bi[(size_t)(k / W.group)]);
+        const volatile float p = bench_bf2f(sc[(size_t)(k / W.group)]) * q;
+        out[(size_t)k] = p + bench_bf2f(bi[(size_t)(k / W.group)]);
     }
 }
 

@@ -40,17 +40,6 @@ static float frand(void) {
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
     return (float)((rs >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
 }
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-static double bf2d(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* y = x w^T, or x1 w^T + x w^T (in that order) when x1: two products as the split precision's lo and hi parts
  * of x. */
@@ -111,10 +100,10 @@ int main(void) {
         std::vector<uint16_t> hx((size_t)M * K), hl((size_t)M * K), hw((size_t)n * K); /* x's hi and lo parts */
         for (size_t i = 0; i < hx.size(); i++) {
             const float v = frand();
-            hx[i] = f2bf(v);
-            hl[i] = f2bf(v - (float)bf2d(hx[i]));
+            hx[i] = bench_f2bf(v);
+            hl[i] = bench_f2bf(v - bench_bf2f(hx[i]));
         }
-        for (auto &v : hw) v = f2bf(frand() * 0.05f);
+        for (auto &v : hw) v = bench_f2bf(frand() * 0.05f);
         uint16_t *x, *xl, *w;
         float *y, *yc, *ys;
         CK(cudaMalloc(&x, hx.size() * 2));
@@ -143,7 +132,8 @@ int main(void) {
         for (int s = 0; s < 64; s++) { /* sampled outputs against float64 */
             const int r = (s * 1031) % M, o = (s * 7919) % n;
             double ref = 0;
-            for (int k = 0; k < K; k++) ref += bf2d(hx[(size_t)r * K + k]) * bf2d(hw[(size_t)o * K + k]);
+            for (int k = 0; k < K; k++)
+                ref += (double)bench_bf2f(hx[(size_t)r * K + k]) * bench_bf2f(hw[(size_t)o * K + k]);
             num = std::max(num, fabs(ref - hy[(size_t)r * n + o]));
             den = std::max(den, fabs(ref));
         }
@@ -192,7 +182,7 @@ int main(void) {
             double ref = 0;
             for (int k = 0; k < K; k++) {
                 const size_t i = (size_t)r * K + k;
-                ref += (bf2d(hx[i]) + bf2d(hl[i])) * bf2d(hw[(size_t)o * K + k]);
+                ref += ((double)bench_bf2f(hx[i]) + bench_bf2f(hl[i])) * bench_bf2f(hw[(size_t)o * K + k]);
             }
             num2 = std::max(num2, fabs(ref - hy[(size_t)r * n + o]));
             den2 = std::max(den2, fabs(ref));

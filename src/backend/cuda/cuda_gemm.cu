@@ -403,7 +403,7 @@ static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, const float 
         if (split) a.xsel[np] = 1, a.w[i][np++] = wh;
         if (split && W[i]->fmt == QW_AFFINE) a.xsel[np] = 0, a.w[i][np++] = g->w_lo + off;
         a.xsel[np] = 0, a.w[i][np++] = wh;
-        a.products = np; /* the same for every weight of a call: the mode and format agree (cuda_matmul_prefill_multi) */
+        a.products = np; /* the same for every weight: mode and format agree (cuda_matmul_prefill_multi) */
         a.y[i] = y[i], a.n[i] = (int)W[i]->n_out;
         if (W[i]->fmt == QW_AFFINE) off += W[i]->n_out * W[i]->n_in;
     }

@@ -129,7 +129,8 @@ __device__ __forceinline__ void wg_bar_wait(uint32_t bar, uint32_t parity) {
 #if WG_ON
     uint32_t done = 0;
     while (!done)
-        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
                      : "r"(bar), "r"(parity)
                      : "memory");
@@ -272,7 +273,8 @@ static inline int wg_available(void) {
             cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
             minor == 0 && cudaMalloc((void **)&d, sizeof *d) == cudaSuccess) {
             wg_probe_kernel<<<1, 1>>>(d);
-            if (cudaGetLastError() != cudaSuccess || cudaMemcpy(&on, d, sizeof on, cudaMemcpyDeviceToHost) != cudaSuccess)
+            if (cudaGetLastError() != cudaSuccess ||
+                cudaMemcpy(&on, d, sizeof on, cudaMemcpyDeviceToHost) != cudaSuccess)
                 on = 0;
             cudaFree(d);
         }

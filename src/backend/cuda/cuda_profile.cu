@@ -122,9 +122,9 @@ static qstatus p_swiglu_matmul_prefill(qbackend *be, float *gate, const float *u
 }
 
 /* "what n_out1+n_out2... xn_in fmt" around a call of several weights */
+typedef qstatus (*multi_fn)(qbackend *, const float *, int, int, const qweight *const *, float *const *);
 static qstatus timed_multi(const char *what, qbackend *be, const float *x, int n, int count, const qweight *const *W,
-                           float *const *y,
-                           qstatus (*real)(qbackend *, const float *, int, int, const qweight *const *, float *const *)) {
+                           float *const *y, multi_fn real) {
     char name[64];
     int len = snprintf(name, sizeof name, "%s", what);
     for (int i = 0; i < count && len < (int)sizeof name; i++)
@@ -136,7 +136,8 @@ static qstatus timed_multi(const char *what, qbackend *be, const float *x, int n
     end(be, k);
     return s;
 }
-static qstatus p_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y) {
+static qstatus p_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W,
+                              float *const *y) {
     return timed_multi("matmul_multi", be, x, n, count, W, y, P.real->matmul_multi);
 }
 static qstatus p_matmul_prefill_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W,
