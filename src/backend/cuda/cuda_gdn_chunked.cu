@@ -64,7 +64,7 @@ static size_t prep_smem(int dk) {
 }
 
 /* Two blocks per SM: the register cap (128) spills ~600 bytes, and the layer still runs faster than with one
- * block per SM and no spills (bench_gdn, 1 x 4096: 1.75 -> 1.56 ms), the second block's phases filling the
+ * block per SM and no spills (bench_gdn, 1 x 4096: 1.75 -> 1.56-1.64 ms), the second block's phases filling the
  * first one's latency. */
 #ifndef GDN_PREP_BLOCKS
 #define GDN_PREP_BLOCKS 2
