@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tests/cuda/bench_wgmma.sh: builds tests/cuda/bench_wgmma.cu (nvcc, cudart and cuBLAS) and runs it on the GPU:
-# the prototype wgmma GEMM (cuda_gemm_wg.cuh) against float64, cuBLAS and itself at other row counts, and its speed.
+# the wgmma prompt GEMM (cuda_gemm_wg.cuh) against float64, cuBLAS and itself at other row counts, and its speed.
 # Prints the registers ptxas gave the kernel and one table; exit 0 when every check passes.
 set -eu
 cd "$(dirname "$0")/../.."
