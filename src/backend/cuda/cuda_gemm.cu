@@ -34,7 +34,7 @@
  *
  * Which kernel a weight takes is a property of the weight (and the build and device) alone: bf16 or 4-bit
  * affine (any group that is a multiple of 8), n_in % 8 == 0 and n_out % 4 == 0 take the tensor cores, the
- * wgmma kernel when wg_eligible (n_in % 64 == 0, n_out >= 256, an sm_90a build on a compute 9.0 device),
+ * wgmma kernel when wg_eligible (n_in % 64 == 0) on an sm_90a build and a compute 9.0 device (takes_wgmma),
  * else cuBLASLt; anything else (f32/f16, other bit widths, odd shapes) takes the SIMT tiled kernel below,
  * as does a shape for which neither the heuristic nor the enumeration finds a cuBLASLt algorithm that takes
  * the probe row counts (shape_select). QUILL_PREFILL_GEMM=cublaslt keeps every weight off the wgmma kernel
@@ -379,6 +379,11 @@ static int wg_eligible(const qweight *W) {
            (W->fmt == QW_AFFINE || ((uintptr_t)W->w & 15) == 0);
 }
 
+/* Whether this backend runs W on the wgmma kernel (cuda_matmul_prefill and the ops that join its calls). */
+static int takes_wgmma(const cu_gemm *g, const qweight *W) {
+    return g->mode != MODE_TILED && g->wgmma && wg_eligible(W);
+}
+
 /* The weights that share x in one wgmma launch: x split once, the 4-bit ones dequantized side by side in the
  * scratch; per weight the same products as lt_prefill, summed in one accumulator. */
 static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, const float *up, int n, int count,
@@ -416,8 +421,8 @@ qstatus cuda_matmul_prefill(qbackend *be, const float *x, int n, const qweight *
     Q_TRY(check_weight(W));
     cu_gemm *g = NULL;
     Q_TRY(gemm_state(be, &g));
+    if (takes_wgmma(g, W)) return wg_prefill(be, g, x, NULL, n, 1, &W, &y);
     if (g->mode == MODE_TILED || !lt_eligible(W)) return tiled_prefill(be, x, n, W, y);
-    if (g->wgmma && wg_eligible(W)) return wg_prefill(be, g, x, NULL, n, 1, &W, &y);
     Q_TRY(lt_ready(g));
     gemm_shape *sh = NULL;
     Q_TRY(shape_get(g, W->n_out, W->n_in, &sh));
@@ -434,10 +439,10 @@ qstatus cuda_matmul_prefill_multi(qbackend *be, const float *x, int n, int count
     if (n <= 0) return Q_OK;
     cu_gemm *g = NULL;
     Q_TRY(gemm_state(be, &g));
-    int one = g->mode != MODE_TILED && g->wgmma;
+    int one = 1;
     for (int i = 0; i < count; i++) {
         Q_TRY(check_weight(W[i]));
-        one &= wg_eligible(W[i]) && W[i]->n_in == W[0]->n_in && W[i]->fmt == W[0]->fmt;
+        one &= takes_wgmma(g, W[i]) && W[i]->n_in == W[0]->n_in && W[i]->fmt == W[0]->fmt;
     }
     if (one) return wg_prefill(be, g, x, NULL, n, count, W, y);
     for (int i = 0; i < count; i++) Q_TRY(cuda_matmul_prefill(be, x, n, W[i], y[i]));
@@ -452,7 +457,7 @@ qstatus cuda_swiglu_matmul_prefill(qbackend *be, float *gate, const float *up, i
     Q_TRY(check_weight(W));
     cu_gemm *g = NULL;
     Q_TRY(gemm_state(be, &g));
-    if (g->mode != MODE_TILED && g->wgmma && wg_eligible(W)) return wg_prefill(be, g, gate, up, n, 1, &W, &y);
+    if (takes_wgmma(g, W)) return wg_prefill(be, g, gate, up, n, 1, &W, &y);
     Q_TRY(cuda_swiglu(be, gate, up, (int64_t)n * W->n_in, gate));
     return cuda_matmul_prefill(be, gate, n, W, y);
 }
@@ -461,8 +466,8 @@ extern "C" int cuda_prefill_gemm_describe(qbackend *be, const qweight *W, char *
     cu_gemm *g = NULL;
     if (gemm_state(be, &g) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());
     const char *mode = g->mode == MODE_SPLIT ? "split" : g->mode == MODE_BF16 ? "bf16" : "tiled";
+    if (takes_wgmma(g, W)) return snprintf(buf, len, "%s: wgmma (cuda_gemm_wg.cuh)", mode);
     if (g->mode == MODE_TILED || !lt_eligible(W)) return snprintf(buf, len, "%s: tiled SIMT", mode);
-    if (g->wgmma && wg_eligible(W)) return snprintf(buf, len, "%s: wgmma (cuda_gemm_wg.cuh)", mode);
     if (lt_ready(g) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());
     gemm_shape *sh = NULL;
     if (shape_get(g, W->n_out, W->n_in, &sh) != Q_OK) return snprintf(buf, len, "error: %s", q_lasterr());

@@ -236,19 +236,19 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     wg_wait<0>();
     wg_pin(d0);
     wg_pin(d1);
-    /* d[4 nb + q]: row 16 warp + lane / 4 (+ 8 for q >= 2), column 8 nb + 2 (lane % 4) (+ 1 for odd q) */
+    /* d[4 j + q]: row 16 warp + lane / 4 (+ 8 for q >= 2), column 8 j + 2 (lane % 4) (+ 1 for odd q) */
     const int64_t r = row0 + c * 64 + warp * 16 + (lane >> 2);
     float *__restrict__ y = job.y[wi];
 #pragma unroll
     for (int half = 0; half < 2; half++)
 #pragma unroll
-        for (int nb = 0; nb < 16; nb++) {
-            const int64_t col = col0 + half * 128 + nb * 8 + 2 * (lane & 3);
+        for (int j = 0; j < 16; j++) {
+            const int64_t col = col0 + half * 128 + j * 8 + 2 * (lane & 3);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int64_t rr = r + 8 * h;
-                const float v0 = half ? d1[4 * nb + 2 * h] : d0[4 * nb + 2 * h];
-                const float v1 = half ? d1[4 * nb + 2 * h + 1] : d0[4 * nb + 2 * h + 1];
+                const float v0 = half ? d1[4 * j + 2 * h] : d0[4 * j + 2 * h];
+                const float v1 = half ? d1[4 * j + 2 * h + 1] : d0[4 * j + 2 * h + 1];
                 if (rr >= m) continue;
                 if (col + 1 < n && !(n & 1)) { /* col is even: 8-byte aligned */
                     *(float2 *)(y + rr * n + col) = make_float2(v0, v1);
