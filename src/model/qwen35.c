@@ -396,28 +396,25 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
 }
 
 /* §2.6 SwiGLU MLP; output in s->out. */
-static qstatus mlp_block(qwen35_model *m, int l, int n) {
+static qstatus mlp_block(qwen35_model *m, int l) {
     const qwen35_layer *L = &m->w.layers[l];
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const qweight *W[2] = {&L->gate_proj, &L->up_proj};
     float *const Y[2] = {s->gate, s->up};
     Q_TRY(mm_multi(m, s->h, 2, W, Y));
-    if (!be->ops->swiglu_matmul_prefill) {
-        Q_TRY(be->ops->swiglu(be, s->gate, s->up, (int64_t)n * m->cfg.intermediate, s->gate));
-        return mm(m, s->gate, &L->down_proj, s->out);
-    }
-    /* prompt ranges: swiglu goes into the down projection's input pass (bitwise the same) */
+    /* per range: a prompt range's swiglu goes into the down projection's input pass where the backend has
+     * swiglu_matmul_prefill (bitwise the same as swiglu, then the matmul) */
     const int64_t I = m->cfg.intermediate, D = L->down_proj.n_out;
+    const qweight *Wd = &L->down_proj;
     for (int r = 0; r < s->n_ranges; r++) {
         const int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
         float *g = s->gate + r0 * I, *o = s->out + r0 * D;
         const float *u = s->up + r0 * I;
-        if (s->range_prefill[r]) {
-            Q_TRY(be->ops->swiglu_matmul_prefill(be, g, u, len, &L->down_proj, o));
+        if (s->range_prefill[r] && be->ops->swiglu_matmul_prefill) {
+            Q_TRY(be->ops->swiglu_matmul_prefill(be, g, u, len, Wd, o));
             continue;
         }
-        const qweight *Wd = &L->down_proj;
         Q_TRY(be->ops->swiglu(be, g, u, (int64_t)len * I, g));
         Q_TRY(mm_range(m, r, g, 1, &Wd, &o));
     }
@@ -447,7 +444,7 @@ static qstatus device_pass(qwen35_model *m, const qrow *rows, int n, int n_seqs,
         if (L->is_attn) Q_TRY(attn_block(m, l, n, n_seqs, states));
         else Q_TRY(gdn_block(m, l, n, n_seqs, states));
         Q_TRY(be->ops->add_rmsnorm(be, s->x, s->out, L->post_norm, n, (int)H, c->rms_eps, s->h));
-        Q_TRY(mlp_block(m, l, n));
+        Q_TRY(mlp_block(m, l));
         if (l + 1 < c->n_layers)
             Q_TRY(be->ops->add_rmsnorm(be, s->x, s->out, m->w.layers[l + 1].input_norm, n, (int)H, c->rms_eps, s->h));
         else
