@@ -6,6 +6,7 @@
 #   kernels  every tests/cuda/bench_*.sh;  gemv / gemm: only that bench;  tune: tests/cuda/tune_gemv.sh
 #   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
+#   p4096    only the prefill 4096 figures of each model, split and bf16 precision (and QUILL_GDN_TC=0 A/Bs)
 #   profile  quill bench --profile: the per-op GPU time table of a decode step (1 stream, PROFILE_STREAMS: 16 64)
 #            and of a prefill (split and bf16 precision; pprofile: the prefill tables alone)
 #   ncu      tests/cuda/ncu_decode.sh on the 4-bit model (its reports come back in $OUT)
@@ -40,7 +41,7 @@ cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_C
   cmake --build build-cuda -j "$(nproc)" >>"$log" 2>&1 || { tail -60 "$log" | tee -a "$summary"; echo "build failed"; exit 1; }
 
 m=/tmp/m9
-if has decode || has prefill || has profile || has ncu || has variant; then # the model files are made on the CPU while the GPU checks run
+if has decode || has prefill || has p4096 || has profile || has ncu || has variant; then # the model files are made on the CPU while the GPU checks run
   ( [ -d $m ] || build-cuda/quill synth --preset 9b $m >>"$OUT/synth.log" 2>&1
     [ -d ${m}q4 ] || build-cuda/quill quantize $m ${m}q4 --bits 4 --group-size 64 >>"$OUT/synth.log" 2>&1 ) &
   synth_pid=$!
@@ -103,6 +104,16 @@ if has prefill; then
     build-cuda/quill bench ${m}q4 --backend cuda --contexts '' --streams '' --prefill 65536 --prefill-chunk 4096
   q 90 "prefill 65536 ${m}q4 split (one run, chunks of 4096)" \
     build-cuda/quill bench ${m}q4 --backend cuda --contexts '' --streams '' --prefill 65536 --prefill-chunk 4096
+fi
+if has p4096; then
+  for w in $MODELS; do
+    for p in split bf16; do
+      q 40 "prefill 4096 $w $p" QUILL_PREFILL_PRECISION=$p build-cuda/quill bench $w --backend cuda --contexts '' \
+        --streams '' --prefill 4096 --prefill-chunk 4096
+      q 40 "prefill 4096 $w $p, SIMT GDN products" QUILL_GDN_TC=0 QUILL_PREFILL_PRECISION=$p build-cuda/quill bench $w \
+        --backend cuda --contexts '' --streams '' --prefill 4096 --prefill-chunk 4096
+    done
+  done
 fi
 if has profile; then
   q 60 "profile ${m}q4: decode, 1 stream" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \

@@ -31,6 +31,7 @@ step() { # name, command...
 step "cuda ops vs cpu, batch invariance" "$build/cuda_test_cuda_ops"
 step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_cuda_seq_ops"
 step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUDA_ATT_TC=0 "$build/cuda_test_cuda_seq_ops"
+step "  the same with the chunked GDN on CUDA cores (QUILL_GDN_TC=0)" env QUILL_GDN_TC=0 "$build/cuda_test_cuda_seq_ops"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
@@ -59,6 +60,9 @@ step "compute-sanitizer racecheck: quill run, f32 K/V" compute-sanitizer --tool 
      "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 step "compute-sanitizer racecheck: quill run (bf16 K/V)" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
+# the seq ops test runs the chunked GDN rule's tensor-core scan (barriers between its phases)
+step "compute-sanitizer racecheck: cuda seq ops (chunked GDN)" timeout 150 compute-sanitizer --tool racecheck \
+     --error-exitcode 9 "$build/cuda_test_cuda_seq_ops"
 # the ops test runs the decode matmul at 37 and 70 rows (gemv_wide_kernel's cp.async stages), which one stream never does
 step "compute-sanitizer memcheck: cuda ops (many-row matmul)" timeout 150 compute-sanitizer --tool memcheck \
      --error-exitcode 9 "$build/cuda_test_cuda_ops"

@@ -20,14 +20,14 @@
  * on its rows and the state before it, so a prompt cut at multiples of 64 gives the same bits.
  * EXACT(batch): no reduction spans seqs; the window split only moves the state through memory.
  * Accuracy: f32 throughout (gam in double, as on the CPU); vs the CPU chunked rule ~1e-6 relative:
- * tests/cuda/test_cuda_ops.c (test_gdn_chunked). Needs dk a multiple of 32 up to 128 and dv a multiple
- * of 32 (cuda_gdn_chunked_ok); other shapes run the recurrent rule.
+ * tests/cuda/test_cuda_ops.c (test_gdn_chunked). Needs dk and dv multiples of 32 up to 128
+ * (cuda_gdn_chunked_ok); other shapes run the recurrent rule.
  * Per chunk and value head (dk = dv = 128): prep ~1.6 M FMA (A, P as full 64x64x128 products, the
  * substitution 2016 FMA per column); scan 0.92 M FMA per 32-column tile (3.7 M per head). */
 #include <math.h>
 #include <stdlib.h>
 
-#include "cuda_common.cuh"
+#include "cuda_mma.cuh"
 
 #define GC 64                 /* chunk rows */
 #define GCT 32                /* value columns per scan block */
@@ -50,7 +50,8 @@ static __host__ __device__ __forceinline__ int64_t slot_floats(int dk, int dv) {
 }
 
 int cuda_gdn_chunked_ok(qgdn_dims d) {
-    return d.k_dim % 32 == 0 && d.k_dim <= GDK_MAX && d.v_dim % GCT == 0 && d.v_dim > 0 && d.n_k_heads > 0 &&
+    return d.k_dim % 32 == 0 && d.k_dim <= GDK_MAX && d.v_dim % GCT == 0 && d.v_dim > 0 && d.v_dim <= GDK_MAX &&
+           d.n_k_heads > 0 &&
            d.n_v_heads % d.n_k_heads == 0;
 }
 
@@ -58,8 +59,23 @@ int cuda_gdn_chunked_ok(qgdn_dims d) {
 
 #define AST 68 /* row stride of A in shared memory (16-byte rows) */
 
-static size_t prep_smem(int dk) {
-    return (size_t)2 * GC * (dk + 1) * sizeof(float) + (size_t)GC * AST * sizeof(float) +
+__device__ __forceinline__ void cp16(float *smem, const float *gmem) { cu_cp_async16(cu_smem_addr(smem), gmem, true); }
+#define cp_commit cu_cp_commit
+#define cp_wait cu_cp_wait
+
+/* [GC][dk] rows of src into dst with row stride ld */
+__device__ __forceinline__ void cp_rows(float *dst, int ld, const float *src, int dk) {
+    const int per_row = dk >> 2;
+    for (int q = threadIdx.x; q < GC * per_row; q += GTHREADS) {
+        const int r = q / per_row, c4 = q - r * per_row;
+        cp16(dst + r * ld + 4 * c4, src + r * dk + 4 * c4);
+    }
+}
+
+#include "cuda_gdn_chunked_tc.cuh"
+
+static size_t prep_smem(int dk, int dv) {
+    return (size_t)2 * GC * ((dk > dv ? dk : dv) + 4) * sizeof(float) + (size_t)GC * AST * sizeof(float) +
            (size_t)GC * sizeof(double) + (size_t)4 * GC * sizeof(float);
 }
 
@@ -69,12 +85,15 @@ static size_t prep_smem(int dk) {
 #ifndef GDN_PREP_BLOCKS
 #define GDN_PREP_BLOCKS 2
 #endif
+/* TC: steps 2-4 on tensor cores (gdn_prep_tc), else the SIMT steps below. */
+template <bool TC>
 __global__ void __launch_bounds__(GTHREADS, GDN_PREP_BLOCKS)
 gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                 const gdn_slot *__restrict__ slots, qgdn_dims d, float qscale, float *__restrict__ scratch) {
     extern __shared__ double smem_d[];
     const int dk = d.k_dim, dv = d.v_dim, Hv = d.n_v_heads, Hk = d.n_k_heads;
-    const int KS = dk + 1; /* Kn, Qn row stride */
+    /* Kn, Qn row stride: TC reads fragments (4 mod 32) and keeps the solve's [GC][dv] in Qn, SIMT reads columns */
+    const int KS = TC ? (dk > dv ? dk : dv) + 4 : dk + 1;
     double *gam = smem_d;
     float *Kn = (float *)(gam + GC), *Qn = Kn + GC * KS, *As = Qn + GC * KS;
     float *bt = As + GC * AST, *eg = bt + GC, *ed = eg + GC, *misc = ed + GC;
@@ -112,14 +131,18 @@ gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, cons
             for (int m = lane; m < dk; m += 32) Qn[i * KS + m] = Kn[i * KS + m] = 0.0f;
         }
     }
+    if (t < GC) { /* g staged in ed, loaded in parallel: thread 0 loading them in its loop left the block waiting */
+        bt[t] = t < L ? beta[(int64_t)(row0 + t) * Hv + h] : 0.0f;
+        ed[t] = t < L ? g[(int64_t)(row0 + t) * Hv + h] : 0.0f;
+    }
+    __syncthreads();
     if (t == 0) { /* the cumulative log-decay in double, in order (as the CPU) */
         double acc = 0.0;
         for (int i = 0; i < GC; i++) {
-            if (i < L) acc += (double)g[(int64_t)(row0 + i) * Hv + h];
+            if (i < L) acc += (double)ed[i];
             gam[i] = acc;
         }
     }
-    if (t < GC) bt[t] = t < L ? beta[(int64_t)(row0 + t) * Hv + h] : 0.0f;
     __syncthreads();
     if (t < GC) {
         eg[t] = t < L ? expf((float)gam[t]) : 0.0f;
@@ -129,7 +152,12 @@ gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, cons
 
     /* 2. A (strictly lower, to shared memory) and P (lower with diagonal, to scratch): 4x4 per thread,
      * rows ty + 16a, columns tx + 16b */
-    {
+    if constexpr (TC) {
+        const float *V = qkv + (int64_t)row0 * width + 2LL * Hk * dk + (int64_t)h * dv;
+        gdn_prep_tc(Kn, Qn, KS, As, gam, bt, eg, ed, L, dk, dv, V, width, W, Qg, Kd, U, P);
+        if (t == 0) eLp[0] = misc[0];
+        return;
+    } else {
         const int tx = t & 15, ty = t >> 4;
         float aa[4][4], pp[4][4];
 #pragma unroll
@@ -220,24 +248,6 @@ gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, cons
 
 /* ---- scan --------------------------------------------------------------------------------------- */
 
-__device__ __forceinline__ void cp16(float *smem, const float *gmem) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-/* [GC][dk] rows of src into dst with row stride dk + 4 */
-__device__ __forceinline__ void cp_rows(float *dst, const float *src, int dk) {
-    const int per_row = dk >> 2;
-    for (int q = threadIdx.x; q < GC * per_row; q += GTHREADS) {
-        const int r = q / per_row, c4 = q - r * per_row;
-        cp16(dst + r * (dk + 4) + 4 * c4, src + r * dk + 4 * c4);
-    }
-}
-
 static size_t scan_smem(int dk) {
     return ((size_t)dk * GCT + 2 * (size_t)GC * GCT + 3 * (size_t)GC * (dk + 4) + (size_t)GC * AST) * sizeof(float);
 }
@@ -285,7 +295,7 @@ gdn_scan_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict__ s
     /* operand loads for chunk s: group WU (W, U tile), group QP (Qg, P), group K (Kd) */
     auto issue_wu = [&](int s) {
         const float *base = scratch + ((int64_t)(seg.slot0 + s) * Hv + h) * sf;
-        cp_rows(Wb, base, dk);
+        cp_rows(Wb, WS, base, dk);
         const float *U = base + 3LL * GC * dk;
         for (int q = t; q < GC * (GCT / 4); q += GTHREADS) {
             const int r = q >> 3, c4 = q & 7;
@@ -294,7 +304,7 @@ gdn_scan_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict__ s
     };
     auto issue_qp = [&](int s) {
         const float *base = scratch + ((int64_t)(seg.slot0 + s) * Hv + h) * sf;
-        cp_rows(Qb, base + GC * dk, dk);
+        cp_rows(Qb, WS, base + GC * dk, dk);
         const float *P = base + 3LL * GC * dk + (int64_t)GC * dv;
         for (int q = t; q < GC * (GC / 4); q += GTHREADS) {
             const int r = q >> 4, c4 = q & 15;
@@ -303,7 +313,7 @@ gdn_scan_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict__ s
     };
     auto issue_k = [&](int s) {
         const float *base = scratch + ((int64_t)(seg.slot0 + s) * Hv + h) * sf;
-        cp_rows(Kb, base + 2 * GC * dk, dk);
+        cp_rows(Kb, WS, base + 2 * GC * dk, dk);
     };
     issue_wu(0);
     cp_commit();
@@ -439,20 +449,25 @@ qstatus cuda_gdn_chunked(qbackend *be, const float *qkv, const float *g, const f
     if (st == Q_OK) st = cu_att_scratch(be, (size_t)win * slot_bytes, &scr);
     free(slot); free(slot_seq); free(seg);
     if (st != Q_OK) { free(seg_at); return st; }
-    const size_t sm1 = prep_smem(d.k_dim), sm2 = scan_smem(d.k_dim);
-    cudaError_t e = cudaFuncSetAttribute(gdn_prep_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm1);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(gdn_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2);
+    static int tc_env = -1; /* QUILL_GDN_TC=0: the SIMT products (an A/B in one build) */
+    const bool tc = cu_env_on("QUILL_GDN_TC", &tc_env);
+    void (*prep)(const float *, const float *, const float *, const gdn_slot *, qgdn_dims, float, float *) =
+        tc ? gdn_prep_kernel<true> : gdn_prep_kernel<false>;
+    void (*scan)(const gdn_seg *, const gdn_slot *, qgdn_dims, const float *, float *) =
+        tc ? gdn_scan_tc_kernel : gdn_scan_kernel;
+    const size_t sm1 = prep_smem(d.k_dim, d.v_dim), sm2 = tc ? scan_tc_smem(d.k_dim) : scan_smem(d.k_dim);
+    cudaError_t e = cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm1);
+    if (e == cudaSuccess) e = cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2);
     if (e != cudaSuccess) { free(seg_at); CU_TRY(e, "gated_delta chunked smem"); }
     const float qscale = (float)(1.0 / sqrt((double)d.k_dim)); /* as the CPU */
     for (int64_t w = 0; w < n_win; w++) {
         const int64_t a = w * win, nw = (a + win < n_slots ? a + win : n_slots) - a;
         const gdn_slot *sl = (const gdn_slot *)slot_dev + a;
-        gdn_prep_kernel<<<dim3((unsigned)nw, (unsigned)d.n_v_heads), GTHREADS, sm1, cu_stream(be)>>>(
+        prep<<<dim3((unsigned)nw, (unsigned)d.n_v_heads), GTHREADS, sm1, cu_stream(be)>>>(
             qkv, g, beta, sl, d, qscale, scr);
         e = cudaGetLastError();
         if (e != cudaSuccess) break;
-        gdn_scan_kernel<<<dim3((unsigned)(seg_at[w + 1] - seg_at[w]), (unsigned)d.n_v_heads, (unsigned)(d.v_dim / GCT)),
+        scan<<<dim3((unsigned)(seg_at[w + 1] - seg_at[w]), (unsigned)d.n_v_heads, (unsigned)(d.v_dim / GCT)),
                           GTHREADS, sm2, cu_stream(be)>>>((const gdn_seg *)seg_dev + seg_at[w], sl, d, scr, out);
         e = cudaGetLastError();
         if (e != cudaSuccess) break;

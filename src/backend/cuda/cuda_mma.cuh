@@ -1,6 +1,7 @@
-/* cuda_mma.cuh: the tensor-core building blocks the attention kernels share: mma.sync m16n8k16 (bf16
- * operands, f32 accumulators), ldmatrix (plain and transposed) from XOR-swizzled shared tiles, bf16x2
- * packing with the f32 remainder split (x = hi + lo), and 16-byte cp.async with zero fill. */
+/* cuda_mma.cuh: the tensor-core building blocks the attention and GDN kernels share: mma.sync m16n8k16 (bf16
+ * operands, f32 accumulators) and m16n8k8 (tf32, with the 3xTF32 split), ldmatrix (plain and transposed)
+ * from XOR-swizzled shared tiles, bf16x2 packing with the f32 remainder split (x = hi + lo), and 16-byte
+ * cp.async with zero fill. */
 #ifndef QUILL_CUDA_MMA_CUH
 #define QUILL_CUDA_MMA_CUH
 
@@ -26,6 +27,30 @@ __device__ __forceinline__ void cu_mma_bf16(float *c, const uint32_t *a, uint32_
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* c += a * b, m16n8k8, tf32 operands (32-bit registers), f32 accumulators. */
+__device__ __forceinline__ void cu_mma_tf32(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* x = hi + lo + e as tf32 parts (both rounded to nearest): |e| <= 2^-21 |x| about, so the three products
+ * hi.hi + hi.lo + lo.hi of two split operands are f32-class ("3xTF32"). */
+__device__ __forceinline__ void cu_tf32_split(float x, uint32_t &hi, uint32_t &lo) {
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(__fsub_rn(x, __uint_as_float(hi))));
+}
+
+/* The 3xTF32 product of split operands: big += a_hi b_hi; small += a_lo b_hi + a_hi b_lo (the small terms
+ * kept apart until the caller adds big + small, so they are not rounded away against the big sum). */
+__device__ __forceinline__ void cu_mma_3xtf32(float *big, float *small, const uint32_t *ah, const uint32_t *al,
+                                              const uint32_t *bh, const uint32_t *bl) {
+    cu_mma_tf32(small, al, bh[0], bh[1]);
+    cu_mma_tf32(small, ah, bl[0], bl[1]);
+    cu_mma_tf32(big, ah, bh[0], bh[1]);
 }
 
 /* bf16x2 of (a, b), a in the low half. */
