@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_flash_prefill.h"
 
 #include "bench_check.h"
 
@@ -135,8 +136,10 @@ int main(void) {
             const double e = rel_err(Sc[s], Sr[s], Sn);
             if (!(e <= es)) es = e;
         }
-        /* the tolerance grows with the run's length (both rules round differently, errors add up) */
-        if (!(eo <= 1e-4 && es <= 1e-4)) bad++;
+        /* the tolerance grows with the run's length (both rules round differently, errors add up); bf16 prefill
+         * mode: the chunked rule's products take one tf32 product */
+        const double tol = cuda_flash_precision() == FLASH_SPLIT ? 1e-4 : 1e-2;
+        if (!(eo <= tol && es <= tol)) bad++;
         const float tr = time_calls(be, qkv, g, beta, sr, ns, Sr, d, o_r, cases[c].reps);
         const float tc = time_calls(be, qkv, g, beta, sc, ns, Sc, d, o_c, cases[c].reps);
         printf("| %s | %d | %.3f | %.3f | %.1fx | %.0f | %.2f | %.1e | %.1e |\n", cases[c].name, n, tr, tc, tr / tc,
@@ -145,6 +148,6 @@ int main(void) {
     for (int s = 0; s < MAXS; s++) { CK(cudaFree(S0[s])); CK(cudaFree(Sc[s])); CK(cudaFree(Sr[s])); }
     CK(cudaFree(qkv)); CK(cudaFree(g)); CK(cudaFree(beta)); CK(cudaFree(o_c)); CK(cudaFree(o_r));
     be->ops->destroy(be);
-    printf("%s\n", bad ? "FAIL: chunked vs recurrent error over 1e-4" : "chunked vs recurrent: ok");
+    printf("%s\n", bad ? "FAIL: chunked vs recurrent error over the tolerance" : "chunked vs recurrent: ok");
     return bad ? 1 : 0;
 }

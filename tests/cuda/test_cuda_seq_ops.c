@@ -325,9 +325,11 @@ static void gdn_chunked_case(qgdn_dims d, float gmax) {
     }
     char nm[96];
     snprintf(nm, sizeof nm, "gdn chunked %d/%d dk%d dv%d g>-%g out", d.n_k_heads, Hv, d.k_dim, d.v_dim, (double)gmax);
-    gdn_report(nm, eo, 1e-5);
+    /* bf16 prefill mode: one tf32 product (operands rounded to 11 bits) where the split sums three */
+    const double tol = cuda_flash_precision() == FLASH_SPLIT ? 1e-5 : 5e-3;
+    gdn_report(nm, eo, tol);
     snprintf(nm, sizeof nm, "gdn chunked %d/%d dk%d dv%d g>-%g state", d.n_k_heads, Hv, d.k_dim, d.v_dim, (double)gmax);
-    gdn_report(nm, es, 1e-5);
+    gdn_report(nm, es, tol);
     double er = gdn_rel(oc + (size_t)(n - lens[5]) * no, og + (size_t)(n - lens[5]) * no, (size_t)lens[5] * no);
     gdn_report("gdn recurrent seq in a chunked call", er, 1e-4);
     /* EXACT(batch): seq 1 alone, from its first state */

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "cuda_flash_prefill.h"
 #include "cuda_mma.cuh"
 
 #define GC 64                 /* chunk rows */
@@ -66,7 +67,7 @@ __device__ __forceinline__ void cp16(float *smem, const float *gmem) { cu_cp_asy
 /* [GC][dk] rows of src into dst with row stride ld */
 __device__ __forceinline__ void cp_rows(float *dst, int ld, const float *src, int dk) {
     const int per_row = dk >> 2;
-    for (int q = threadIdx.x; q < GC * per_row; q += GTHREADS) {
+    for (int q = threadIdx.x; q < GC * per_row; q += blockDim.x) {
         const int r = q / per_row, c4 = q - r * per_row;
         cp16(dst + r * ld + 4 * c4, src + r * dk + 4 * c4);
     }
@@ -85,8 +86,8 @@ static size_t prep_smem(int dk, int dv) {
 #ifndef GDN_PREP_BLOCKS
 #define GDN_PREP_BLOCKS 2
 #endif
-/* TC: steps 2-4 on tensor cores (gdn_prep_tc), else the SIMT steps below. */
-template <bool TC>
+/* TC: steps 2-4 on tensor cores (gdn_prep_tc; X3: three tf32 products, else one), else the SIMT steps below. */
+template <bool TC, bool X3>
 __global__ void __launch_bounds__(GTHREADS, GDN_PREP_BLOCKS)
 gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                 const gdn_slot *__restrict__ slots, qgdn_dims d, float qscale, float *__restrict__ scratch) {
@@ -104,8 +105,11 @@ gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, cons
     float *W = scratch + ((int64_t)blockIdx.x * Hv + h) * slot_floats(dk, dv);
     float *Qg = W + GC * dk, *Kd = Qg + GC * dk, *U = Kd + GC * dk, *P = U + GC * dv, *eLp = P + GC * GC;
 
-    /* 1. q, k rows l2-normed (q also scaled), as the CPU: x * (1 / sqrtf(sum x^2 + 1e-6)) */
-    for (int i = warp; i < GC; i += GTHREADS / 32) {
+    /* 1. q, k rows l2-normed (q also scaled), as the CPU: x * (1 / sqrtf(sum x^2 + 1e-6)); unrolled so that a
+     * warp's rows load together */
+#pragma unroll 4
+    for (int ii = 0; ii < GC / (GTHREADS / 32); ii++) {
+        const int i = warp + ii * (GTHREADS / 32);
         if (i < L) {
             const float *row = qkv + (int64_t)(row0 + i) * width;
             const float *qh = row + (int64_t)hk * dk, *kh = row + (int64_t)(Hk + hk) * dk;
@@ -154,7 +158,7 @@ gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, cons
      * rows ty + 16a, columns tx + 16b */
     if constexpr (TC) {
         const float *V = qkv + (int64_t)row0 * width + 2LL * Hk * dk + (int64_t)h * dv;
-        gdn_prep_tc(Kn, Qn, KS, As, gam, bt, eg, ed, L, dk, dv, V, width, W, Qg, Kd, U, P);
+        gdn_prep_tc<X3>(Kn, Qn, KS, As, gam, bt, eg, ed, L, dk, dv, V, width, W, Qg, Kd, U, P);
         if (t == 0) eLp[0] = misc[0];
         return;
     } else {
@@ -451,10 +455,11 @@ qstatus cuda_gdn_chunked(qbackend *be, const float *qkv, const float *g, const f
     if (st != Q_OK) { free(seg_at); return st; }
     static int tc_env = -1; /* QUILL_GDN_TC=0: the SIMT products (an A/B in one build) */
     const bool tc = cu_env_on("QUILL_GDN_TC", &tc_env);
+    const bool x3 = cuda_flash_precision() == FLASH_SPLIT; /* bf16 mode: one tf32 product */
     void (*prep)(const float *, const float *, const float *, const gdn_slot *, qgdn_dims, float, float *) =
-        tc ? gdn_prep_kernel<true> : gdn_prep_kernel<false>;
+        !tc ? gdn_prep_kernel<false, true> : x3 ? gdn_prep_kernel<true, true> : gdn_prep_kernel<true, false>;
     void (*scan)(const gdn_seg *, const gdn_slot *, qgdn_dims, const float *, float *) =
-        tc ? gdn_scan_tc_kernel : gdn_scan_kernel;
+        !tc ? gdn_scan_kernel : x3 ? gdn_scan_tc_kernel<true> : gdn_scan_tc_kernel<false>;
     const size_t sm1 = prep_smem(d.k_dim, d.v_dim), sm2 = tc ? scan_tc_smem(d.k_dim) : scan_smem(d.k_dim);
     cudaError_t e = cudaFuncSetAttribute(prep, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm1);
     if (e == cudaSuccess) e = cudaFuncSetAttribute(scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sm2);
@@ -468,7 +473,7 @@ qstatus cuda_gdn_chunked(qbackend *be, const float *qkv, const float *g, const f
         e = cudaGetLastError();
         if (e != cudaSuccess) break;
         scan<<<dim3((unsigned)(seg_at[w + 1] - seg_at[w]), (unsigned)d.n_v_heads, (unsigned)(d.v_dim / GCT)),
-                          GTHREADS, sm2, cu_stream(be)>>>((const gdn_seg *)seg_dev + seg_at[w], sl, d, scr, out);
+                          tc ? SCAN_TC_THREADS : GTHREADS, sm2, cu_stream(be)>>>((const gdn_seg *)seg_dev + seg_at[w], sl, d, scr, out);
         e = cudaGetLastError();
         if (e != cudaSuccess) break;
     }

@@ -13,47 +13,59 @@
 
 #include "cuda_mma.cuh"
 
+/* x as tf32: both parts (X3, the three-product form) or the rounded value alone (hi; lo is not set). */
+template <bool X3> __device__ __forceinline__ void gdn_part(float x, uint32_t &hi, uint32_t &lo) {
+    if (X3) cu_tf32_split(x, hi, lo);
+    else asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
+}
+
 /* A fragment (rows r0..r0+15, k0..k0+7) of a row-major f32 tile M[r][k] with row stride ld, split. */
+template <bool X3>
 __device__ __forceinline__ void gdn_a_rows(const float *M, int ld, int r0, int k0, int g, int t, uint32_t (&h)[4],
                                            uint32_t (&l)[4]) {
     const float *p = M + (r0 + g) * ld + k0 + t;
-    cu_tf32_split(p[0], h[0], l[0]);
-    cu_tf32_split(p[8 * ld], h[1], l[1]);
-    cu_tf32_split(p[4], h[2], l[2]);
-    cu_tf32_split(p[8 * ld + 4], h[3], l[3]);
+    gdn_part<X3>(p[0], h[0], l[0]);
+    gdn_part<X3>(p[8 * ld], h[1], l[1]);
+    gdn_part<X3>(p[4], h[2], l[2]);
+    gdn_part<X3>(p[8 * ld + 4], h[3], l[3]);
 }
 
 /* A fragment of M^T: A[r][k] = M[k][r], M row-major with row stride ld. */
+template <bool X3>
 __device__ __forceinline__ void gdn_a_cols(const float *M, int ld, int r0, int k0, int g, int t, uint32_t (&h)[4],
                                            uint32_t (&l)[4]) {
     const float *p = M + (k0 + t) * ld + r0 + g;
-    cu_tf32_split(p[0], h[0], l[0]);
-    cu_tf32_split(p[8], h[1], l[1]);
-    cu_tf32_split(p[4 * ld], h[2], l[2]);
-    cu_tf32_split(p[4 * ld + 8], h[3], l[3]);
+    gdn_part<X3>(p[0], h[0], l[0]);
+    gdn_part<X3>(p[8], h[1], l[1]);
+    gdn_part<X3>(p[4 * ld], h[2], l[2]);
+    gdn_part<X3>(p[4 * ld + 8], h[3], l[3]);
 }
 
 /* B fragment (k0..k0+7, columns n0..n0+7) of a row-major B[k][n] with row stride ld, split. */
+template <bool X3>
 __device__ __forceinline__ void gdn_b_rows(const float *B, int ld, int k0, int n0, int g, int t, uint32_t (&h)[2],
                                            uint32_t (&l)[2]) {
     const float *p = B + (k0 + t) * ld + n0 + g;
-    cu_tf32_split(p[0], h[0], l[0]);
-    cu_tf32_split(p[4 * ld], h[1], l[1]);
+    gdn_part<X3>(p[0], h[0], l[0]);
+    gdn_part<X3>(p[4 * ld], h[1], l[1]);
 }
 
 /* B fragment of M^T: B[k][n] = M[n][k], M row-major with row stride ld. */
+template <bool X3>
 __device__ __forceinline__ void gdn_b_cols(const float *M, int ld, int k0, int n0, int g, int t, uint32_t (&h)[2],
                                            uint32_t (&l)[2]) {
     const float *p = M + (n0 + g) * ld + k0 + t;
-    cu_tf32_split(p[0], h[0], l[0]);
-    cu_tf32_split(p[4], h[1], l[1]);
+    gdn_part<X3>(p[0], h[0], l[0]);
+    gdn_part<X3>(p[4], h[1], l[1]);
 }
 
 /* B fragment of a row-major B[k][n] kept split in shared memory (Bh, Bl: the tf32 parts, row stride ld). */
+template <bool X3>
 __device__ __forceinline__ void gdn_b_split(const uint32_t *Bh, const uint32_t *Bl, int ld, int k0, int n0, int g, int t,
                                             uint32_t (&h)[2], uint32_t (&l)[2]) {
     const int o = (k0 + t) * ld + n0 + g;
-    h[0] = Bh[o], h[1] = Bh[o + 4 * ld], l[0] = Bl[o], l[1] = Bl[o + 4 * ld];
+    h[0] = Bh[o], h[1] = Bh[o + 4 * ld];
+    if (X3) l[0] = Bl[o], l[1] = Bl[o + 4 * ld];
 }
 
 /* Where a product's B operand comes from: f32 row-major (B_ROWS), f32 n-major (B_COLS: B[k][n] = M[n][k]),
@@ -62,21 +74,22 @@ enum { B_ROWS, B_COLS, B_SPLIT };
 
 /* acc (a 16 x 8NT tile as NT n8 fragments, big and small terms) += A[r0.., k0..k1) B[k0..k1), n0..): A
  * row-major (A_T: transposed). */
-template <int NT, bool A_T, int BM>
+template <int NT, bool A_T, int BM, bool X3>
 __device__ __forceinline__ void gdn_tile(float (&big)[NT][4], float (&small)[NT][4], const float *A, int lda,
                                          const void *B, int ldb, int split, int r0, int n0, int k0, int k1, int lane) {
     const int g = lane >> 2, t = lane & 3;
     for (int k = k0; k < k1; k += 8) {
         uint32_t ah[4], al[4];
-        if (A_T) gdn_a_cols(A, lda, r0, k, g, t, ah, al);
-        else gdn_a_rows(A, lda, r0, k, g, t, ah, al);
+        if (A_T) gdn_a_cols<X3>(A, lda, r0, k, g, t, ah, al);
+        else gdn_a_rows<X3>(A, lda, r0, k, g, t, ah, al);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             uint32_t bh[2], bl[2];
-            if (BM == B_SPLIT) gdn_b_split((const uint32_t *)B, (const uint32_t *)B + split, ldb, k, n0 + 8 * nt, g, t, bh, bl);
-            else if (BM == B_COLS) gdn_b_cols((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
-            else gdn_b_rows((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
-            cu_mma_3xtf32(big[nt], small[nt], ah, al, bh, bl);
+            if (BM == B_SPLIT) gdn_b_split<X3>((const uint32_t *)B, (const uint32_t *)B + split, ldb, k, n0 + 8 * nt, g, t, bh, bl);
+            else if (BM == B_COLS) gdn_b_cols<X3>((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
+            else gdn_b_rows<X3>((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
+            if (X3) cu_mma_3xtf32(big[nt], small[nt], ah, al, bh, bl);
+            else cu_mma_tf32(big[nt], ah, bh[0], bh[1]);
         }
     }
 }
@@ -91,6 +104,7 @@ template <int NT> __device__ __forceinline__ void gdn_zero(float (&a)[NT][4], fl
 /* The prep's A (strictly lower, to shared As) and P (lower with the diagonal, to global P): the 10 lower
  * 16 x 16 tiles of each as 20 warp items, the 6 upper tiles zero. Kn, Qn: [GC][ks] with ks = 4 mod 32. Each
  * element then as the SIMT loop: P = (q_i.k_j) e^(gam_i - gam_j), A = (beta_i (k_i.k_j)) e^(gam_i - gam_j). */
+template <bool X3>
 __device__ __forceinline__ void gdn_prep_products_tc(const float *Kn, const float *Qn, int ks, int dk, const double *gam,
                                                      const float *bt, int L, float *As, int ast, float *P) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -101,7 +115,7 @@ __device__ __forceinline__ void gdn_prep_products_tc(const float *Kn, const floa
         const int ct = r;
         float big[2][4], small[2][4];
         gdn_zero(big, small);
-        gdn_tile<2, false, B_COLS>(big, small, is_p ? Qn : Kn, ks, Kn, ks, 0, 16 * rt, 16 * ct, 0, dk, lane);
+        gdn_tile<2, false, B_COLS, X3>(big, small, is_p ? Qn : Kn, ks, Kn, ks, 0, 16 * rt, 16 * ct, 0, dk, lane);
 #pragma unroll
         for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -133,6 +147,7 @@ __device__ __forceinline__ void gdn_prep_products_tc(const float *Kn, const floa
  * stride ld), A strictly lower in As: by blocks of 16 rows, R_b -= A[b][<b] X[<b] on tensor cores (a warp
  * per 16 columns), then the 16 x 16 unit-lower diagonal block solved by forward substitution, a thread per
  * column. Ends with a barrier. */
+template <bool X3>
 __device__ __forceinline__ void gdn_solve_tc(const float *As, int ast, float *Xk, float *Xv, int ld, int dk, int dv) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int cols = dk + dv;
@@ -143,7 +158,7 @@ __device__ __forceinline__ void gdn_solve_tc(const float *As, int ast, float *Xk
                 float *X = 16 * tile < dk ? Xk + 16 * tile : Xv + (16 * tile - dk); /* dk % 16 == 0 */
                 float big[2][4], small[2][4];
                 gdn_zero(big, small);
-                gdn_tile<2, false, B_ROWS>(big, small, As, ast, X, ld, 0, r0, 0, 0, r0, lane);
+                gdn_tile<2, false, B_ROWS, X3>(big, small, As, ast, X, ld, 0, r0, 0, 0, r0, lane);
 #pragma unroll
                 for (int nt = 0; nt < 2; nt++)
 #pragma unroll
@@ -182,14 +197,16 @@ __device__ __forceinline__ void gdn_solve_tc(const float *As, int ast, float *Xk
 /* The prep's steps 2-4 on tensor cores, after step 1 (Kn, Qn, gam, bt, eg, ed in shared memory; row
  * stride ks = max(dk, dv) + 4): A and P; Qg and Kd out; the right-hand sides beta e^gam K (in Kn) and
  * beta V (in Qn, V: the chunk's first value row, rows `width` apart); the solve; W and U out. */
+template <bool X3>
 __device__ __forceinline__ void gdn_prep_tc(float *Kn, float *Qn, int ks, float *As, const double *gam, const float *bt,
                                             const float *eg, const float *ed, int L, int dk, int dv,
                                             const float *__restrict__ V, int64_t width, float *W, float *Qg, float *Kd,
                                             float *U, float *P) {
     const int t = threadIdx.x;
-    gdn_prep_products_tc(Kn, Qn, ks, dk, gam, bt, L, As, AST, P);
+    gdn_prep_products_tc<X3>(Kn, Qn, ks, dk, gam, bt, L, As, AST, P);
     __syncthreads(); /* eg, ed (step 1), Kn and Qn read by the products */
     const int mx = dk > dv ? dk : dv;
+#pragma unroll 4
     for (int e = t; e < GC * mx; e += GTHREADS) { /* each element read and rewritten by one thread */
         const int i = e / mx, m = e - i * mx;
         if (m < dk) {
@@ -201,7 +218,7 @@ __device__ __forceinline__ void gdn_prep_tc(float *Kn, float *Qn, int ks, float 
         if (m < dv) Qn[i * ks + m] = i < L ? V[(int64_t)i * width + m] * bt[i] : 0.0f;
     }
     __syncthreads();
-    gdn_solve_tc(As, AST, Kn, Qn, ks, dk, dv);
+    gdn_solve_tc<X3>(As, AST, Kn, Qn, ks, dk, dv);
     for (int e = t; e < GC * mx; e += GTHREADS) {
         const int i = e / mx, m = e - i * mx;
         if (m < dk) W[i * dk + m] = Kn[i * ks + m];
@@ -219,13 +236,16 @@ static size_t scan_tc_smem(int dk) {
            sizeof(float);
 }
 
-/* As gdn_scan_kernel (same grid, same scratch), the products on tensor cores, two stages per chunk:
- *   A: warps 0-3 X = W S and V' = U - X (rows 16 w), warps 4-7 O = Qg S (rows 16 (w - 4));
- *   B: warps 4-7 O += P V' and O out, warps 0-3 S = eL S + Kd^T V' (state rows 16 w, 16 (w + 4)).
+/* As gdn_scan_kernel (same grid, same scratch), the products on tensor cores (X3: three tf32 products, else
+ * one), 16 warps, two stages per chunk; warp w = 8 grp + i, row tile rt = i % 4, column half n0 = 16 (i / 4):
+ *   A: group 0 X = W S and V' = U - X (rows 16 rt, columns n0..), group 1 O = Qg S (the same tile);
+ *   B: group 1 O += P V' and O out, group 0 S = eL S + Kd^T V' (state rows 16 i, every column).
  * S and V' are B operands of several warps, so they are kept split (tf32 hi and lo) next to S in f32.
  * Operands come through cp.async in two groups: {W, U, Qg} of the next chunk go out after stage A,
  * {P, Kd} after stage B. */
-__global__ void __launch_bounds__(GTHREADS, 1)
+#define SCAN_TC_THREADS 512
+template <bool X3>
+__global__ void __launch_bounds__(SCAN_TC_THREADS, 1)
 gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict__ slots, qgdn_dims d,
                    const float *__restrict__ scratch, float *__restrict__ out) {
     extern __shared__ float4 smem_f4[];
@@ -236,11 +256,12 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
     float *Ub = (float *)(Vh + 2 * VSZ), *Wb = Ub + VSZ, *Qb = Wb + GC * WS, *Kb = Qb + GC * WS, *Pb = Kb + GC * KS8;
     const gdn_seg seg = segs[blockIdx.x];
     const int h = blockIdx.y, c0 = blockIdx.z * GCT;
-    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, tq = lane & 3, rt = warp & 3;
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, tq = lane & 3;
+    const int grp = warp >> 3, wi = warp & 7, rt = wi & 3, n0 = 16 * (wi >> 2);
     const int64_t sf = slot_floats(dk, dv);
     float *Sg = seg.S + (int64_t)h * dk * dv + c0;
 
-    for (int e = t; e < dk * GCT; e += GTHREADS) {
+    for (int e = t; e < dk * GCT; e += SCAN_TC_THREADS) {
         const int o = (e / GCT) * SST + e % GCT;
         Sf[o] = Sg[(int64_t)(e / GCT) * dv + (e % GCT)];
         cu_tf32_split(Sf[o], Sh[o], Sh[SSZ + o]);
@@ -252,7 +273,7 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
         cp_rows(Wb, WS, base, dk);
         cp_rows(Qb, WS, base + GC * dk, dk);
         const float *U = base + 3LL * GC * dk;
-        for (int q = t; q < GC * (GCT / 4); q += GTHREADS) {
+        for (int q = t; q < GC * (GCT / 4); q += SCAN_TC_THREADS) {
             const int r = q >> 3, c4 = q & 7;
             cp16(Ub + r * SST + 4 * c4, U + (int64_t)r * dv + c0 + 4 * c4);
         }
@@ -261,7 +282,7 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
         const float *base = slot_base(s);
         cp_rows(Kb, KS8, base + 2 * GC * dk, dk);
         const float *P = base + 3LL * GC * dk + (int64_t)GC * dv;
-        for (int q = t; q < GC * (GC / 4); q += GTHREADS) {
+        for (int q = t; q < GC * (GC / 4); q += SCAN_TC_THREADS) {
             const int r = q >> 4, c4 = q & 15;
             cp16(Pb + r * AST + 4 * c4, P + r * GC + 4 * c4);
         }
@@ -276,15 +297,15 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
         const float eL = slot_base(s)[sf - 4];
         cp_wait<1>(); /* W, U, Qg of chunk s */
         __syncthreads();
-        float big[4][4], small[4][4]; /* stage A's product: X (warps 0-3) or O (warps 4-7, kept for stage B) */
+        float big[2][4], small[2][4]; /* stage A's product: X (group 0) or O (group 1, kept for stage B) */
         gdn_zero(big, small);
-        gdn_tile<4, false, B_SPLIT>(big, small, warp < 4 ? Wb : Qb, WS, Sh, SST, SSZ, 16 * rt, 0, 0, dk, lane);
-        if (warp < 4) { /* V' = U - X, kept split */
+        gdn_tile<2, false, B_SPLIT, X3>(big, small, grp ? Qb : Wb, WS, Sh, SST, SSZ, 16 * rt, n0, 0, dk, lane);
+        if (grp == 0) { /* V' = U - X, kept split */
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    const int o = (16 * rt + g + 8 * (c >> 1)) * SST + 8 * nt + 2 * tq + (c & 1);
+                    const int o = (16 * rt + g + 8 * (c >> 1)) * SST + n0 + 8 * nt + 2 * tq + (c & 1);
                     cu_tf32_split(Ub[o] - (big[nt][c] + small[nt][c]), Vh[o], Vh[VSZ + o]);
                 }
         }
@@ -293,36 +314,35 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
         cp_commit();
         cp_wait<1>(); /* P, Kd of chunk s */
         __syncthreads();
-        if (warp >= 4) { /* O += P V' (P is zero right of the diagonal tile) */
-            gdn_tile<4, false, B_SPLIT>(big, small, Pb, AST, Vh, SST, VSZ, 16 * rt, 0, 0, 16 * (rt + 1), lane);
+        if (grp) { /* O += P V' (P is zero right of the diagonal tile) */
+            gdn_tile<2, false, B_SPLIT, X3>(big, small, Pb, AST, Vh, SST, VSZ, 16 * rt, n0, 0, 16 * (rt + 1), lane);
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
                     const int i = 16 * rt + g + 8 * hf;
                     if (i < sl.L)
-                        *(float2 *)&out[((int64_t)(sl.row0 + i) * Hv + h) * dv + c0 + 8 * nt + 2 * tq] =
+                        *(float2 *)&out[((int64_t)(sl.row0 + i) * Hv + h) * dv + c0 + n0 + 8 * nt + 2 * tq] =
                             make_float2(big[nt][2 * hf] + small[nt][2 * hf], big[nt][2 * hf + 1] + small[nt][2 * hf + 1]);
                 }
-        } else { /* S = eL S + Kd^T V' on state rows 16 r (no other warp touches S in this stage) */
-            for (int r = warp; r < dk / 16; r += 4) {
+        } else if (16 * wi < dk) { /* S = eL S + Kd^T V' on state rows 16 wi (no other warp touches S here) */
+            float sb[4][4], ss[4][4];
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        big[nt][c] = eL * Sf[(16 * r + g + 8 * (c >> 1)) * SST + 8 * nt + 2 * tq + (c & 1)];
-                        small[nt][c] = 0.0f;
-                    }
-                gdn_tile<4, true, B_SPLIT>(big, small, Kb, KS8, Vh, SST, VSZ, 16 * r, 0, 0, GC, lane);
+                for (int c = 0; c < 4; c++) {
+                    sb[nt][c] = eL * Sf[(16 * wi + g + 8 * (c >> 1)) * SST + 8 * nt + 2 * tq + (c & 1)];
+                    ss[nt][c] = 0.0f;
+                }
+            gdn_tile<4, true, B_SPLIT, X3>(sb, ss, Kb, KS8, Vh, SST, VSZ, 16 * wi, 0, 0, GC, lane);
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-                    for (int c = 0; c < 4; c++) {
-                        const int o = (16 * r + g + 8 * (c >> 1)) * SST + 8 * nt + 2 * tq + (c & 1);
-                        Sf[o] = big[nt][c] + small[nt][c];
-                        cu_tf32_split(Sf[o], Sh[o], Sh[SSZ + o]);
-                    }
-            }
+                for (int c = 0; c < 4; c++) {
+                    const int o = (16 * wi + g + 8 * (c >> 1)) * SST + 8 * nt + 2 * tq + (c & 1);
+                    Sf[o] = sb[nt][c] + ss[nt][c];
+                    cu_tf32_split(Sf[o], Sh[o], Sh[SSZ + o]);
+                }
         }
         __syncthreads(); /* S written; P, Kd and V' free */
         if (s + 1 < seg.n_slots) issue_pk(s + 1);
@@ -330,7 +350,8 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
     }
     cp_wait<0>();
     __syncthreads();
-    for (int e = t; e < dk * GCT; e += GTHREADS) Sg[(int64_t)(e / GCT) * dv + (e % GCT)] = Sf[(e / GCT) * SST + e % GCT];
+    for (int e = t; e < dk * GCT; e += SCAN_TC_THREADS)
+        Sg[(int64_t)(e / GCT) * dv + (e % GCT)] = Sf[(e / GCT) * SST + e % GCT];
 }
 
 #endif
