@@ -169,7 +169,8 @@ static void test_gdn(void) {
     float *pc[1] = {SC.c}, *pg[1] = {SC.g};
     OK(cpu->ops->gated_delta(cpu, y.c, g.c, be.c, &pre, 1, pc, d, o.c));
     OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, &pre, 1, pg, d, o.g));
-    expect_close("gated_delta chunked (cpu) vs gpu", o, 1e-4);
+    /* (the GPU runs this seq by its chunked rule: one tf32 product in bf16 prefill mode) */
+    expect_close("gated_delta chunked (cpu) vs gpu", o, cuda_flash_precision() == FLASH_SPLIT ? 1e-4 : 5e-3);
     /* EXACT(batch): seq B alone on the GPU, from the same starting state */
     size_t ob = (size_t)3 * d.n_v_heads * d.v_dim * 4;
     float *S0 = malloc(Sn * 4), *r1 = malloc(ob), *r2 = malloc(ob);
