@@ -41,7 +41,7 @@ cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_C
   cmake --build build-cuda -j "$(nproc)" >>"$log" 2>&1 || { tail -60 "$log" | tee -a "$summary"; echo "build failed"; exit 1; }
 
 m=/tmp/m9
-if has decode || has prefill || has p4096 || has profile || has ncu || has variant; then # the model files are made on the CPU while the GPU checks run
+if has decode || has prefill || has p4096 || has pprofile || has profile || has ncu || has variant; then # the model files are made on the CPU while the GPU checks run
   ( [ -d $m ] || build-cuda/quill synth --preset 9b $m >>"$OUT/synth.log" 2>&1
     [ -d ${m}q4 ] || build-cuda/quill quantize $m ${m}q4 --bits 4 --group-size 64 >>"$OUT/synth.log" 2>&1 ) &
   synth_pid=$!
