@@ -43,8 +43,12 @@ static qstatus seq_table(qbackend *be, const qseq *seqs, int n_seqs, float *cons
  * race on the state. */
 #define CONV_ROWS 32
 
+/* KT: the kernel width when known at compile time (the models' 4: the window stays in registers; with a
+ * run-time width its shift indexes a local array), 0 for any width up to CONV_MAX_K. */
+template <int KT>
 __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_constant__ cu_tab seqs,
-                                   const float *__restrict__ w, int C, int K, float *__restrict__ y) {
+                                   const float *__restrict__ w, int C, int K_rt, float *__restrict__ y) {
+    const int K = KT ? KT : K_rt;
     cu_pdl_enter();
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const seq_desc sd = cu_tab_at<seq_desc>(seqs, blockIdx.z);
@@ -60,6 +64,7 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_con
     float wc[CONV_MAX_K];
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K; j++) wc[j] = j < K ? w[(int64_t)c * K + j] : 0.0f;
+#pragma unroll 4 /* the rows' loads go out together */
     for (int t = t0; t < t1; t++) {
         const float xt = x[(int64_t)(row0 + t) * C + c];
         float s = 0.0f;
@@ -93,7 +98,9 @@ qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_s
     cu_tab d;
     Q_TRY(seq_table(be, seqs, n_seqs, state, &d));
     dim3 grid(cu_blocks(channels, 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
-    CU_TRY(cu_launch(conv1d_silu_kernel, grid, 128, 0, cu_stream(be), x, d, w, channels, kernel, y), "conv1d_silu");
+    CU_TRY(cu_launch(kernel == 4 ? conv1d_silu_kernel<4> : conv1d_silu_kernel<0>, grid, 128, 0, cu_stream(be), x, d, w,
+                     channels, kernel, y),
+           "conv1d_silu");
     return Q_OK;
 }
 

@@ -1,8 +1,9 @@
 /* cuda_norm.cu: RMSNorm (zero-centred norms arrive with 1+w folded), the residual add fused with it, and
  * the GDN gated RMSNorm.
- * One block per vector; the sum of squares is a fixed-order block reduction (EXACT(batch)). Each
- * thread reads its own elements before the reduction and writes only them after it, so x == y (in
- * place) is safe. */
+ * Short vectors (the per-head norms: q and k 256, GDN 128) take one warp each, longer ones one block each;
+ * which is a function of the vector's length and layout only, and either sums the squares in a fixed order
+ * (EXACT(batch)). Each thread reads its own elements before the reduction and writes only them after it,
+ * so x == y (in place) is safe. */
 #include <stdint.h>
 
 #include "cuda_common.cuh"
@@ -95,6 +96,54 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_loop_kernel(float *x, in
     NORM_EACH(e, dim, yv[e] = xv[e] * scale * w[e]);
 }
 
+/* Vectors of up to NORM_WARP_DIM elements (dim % 4 == 0, 16-byte aligned rows): one warp each, 8 per block
+ * (a block per 128-element vector left 7 of its 8 warps idle: gated_rmsnorm ran at a quarter of the
+ * memory rate). Lane l owns quad 4 (l + 32 k) of part k; each part's squares go through the warp's xor tree
+ * and the parts are added as block_sum's tree adds warps 0..3, so the bits are the block kernels' (their
+ * thread j is lane j % 32 of part j / 32). GATED: y = x * scale * w * silu(z), z laid out as x (the GDN gate). */
+#define NORM_WARP_DIM 512
+template <bool GATED>
+__global__ void __launch_bounds__(NORM_THREADS) norm_warp_kernel(const float *x, int64_t xs, const float *__restrict__ z,
+                                                                 const float *__restrict__ w, int64_t n_vec, int dim,
+                                                                 float eps, float *y, int64_t ys) {
+    constexpr int NQ = NORM_WARP_DIM / 128;
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * (NORM_THREADS / 32) + (threadIdx.x >> 5);
+    float4 wq[NQ], v[NQ];
+#pragma unroll
+    for (int k = 0; k < NQ; k++) {
+        const int q = 4 * (lane + 32 * k);
+        if (q < dim) wq[k] = __ldg((const float4 *)(w + q));
+    }
+    cu_pdl_enter();
+    if (row >= n_vec) return; /* whole warps */
+    const float *xv = x + row * xs;
+    float p[NQ];
+#pragma unroll
+    for (int k = 0; k < NQ; k++) {
+        const int q = 4 * (lane + 32 * k);
+        p[k] = 0.0f;
+        if (128 * k >= dim) continue; /* uniform */
+        float ss = 0.0f;
+        if (q < dim) v[k] = norm_ld4(xv + q), ss = norm_ss4(v[k], 0.0f);
+        p[k] = warp_sum(ss);
+    }
+    static_assert(NQ == 4, "the parts' tree below is block_sum's for 4 warps");
+    const float scale = rsqrtf(((p[0] + p[2]) + (p[1] + p[3])) / (float)dim + eps);
+    float *yv = y + row * ys;
+#pragma unroll
+    for (int k = 0; k < NQ; k++) {
+        const int q = 4 * (lane + 32 * k);
+        if (q >= dim) break;
+        float4 o = norm_scale4(v[k], scale, wq[k]);
+        if (GATED) {
+            const float4 g = __ldg((const float4 *)(z + row * xs + q));
+            o = make_float4(o.x * silu_f(g.x), o.y * silu_f(g.y), o.z * silu_f(g.z), o.w * silu_f(g.w));
+        }
+        *(float4 *)(yv + q) = o;
+    }
+}
+
 /* Whether rows of x (stride xs), r (stride dim) and y (stride ys) take rmsnorm_reg_kernel. */
 static bool norm_reg_ok(const float *x, int64_t xs, const float *r, const float *w, int dim, const float *y,
                         int64_t ys) {
@@ -108,6 +157,12 @@ static qstatus norm_launch(qbackend *be, float *x, int64_t xs, const float *r, c
                            float eps, float *y, int64_t ys, const char *op) {
     if (n_vec <= 0) return Q_OK;
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda %s: too many vectors", op);
+    if (!ADD && dim <= NORM_WARP_DIM && norm_reg_ok(x, xs, r, w, dim, y, ys)) {
+        CU_TRY(cu_launch(norm_warp_kernel<false>, (unsigned)((n_vec + 7) / 8), NORM_THREADS, 0, cu_stream(be), x, xs,
+                         (const float *)NULL, w, n_vec, dim, eps, y, ys),
+               op);
+        return Q_OK;
+    }
     CU_TRY(cu_launch(norm_reg_ok(x, xs, r, w, dim, y, ys) ? rmsnorm_reg_kernel<ADD> : rmsnorm_loop_kernel<ADD>,
                      (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, xs, r, w, dim, eps, y, ys),
            op);
@@ -141,6 +196,12 @@ qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const f
                            int dim, float eps, float *y) {
     if (n_vec <= 0) return Q_OK;
     if (n_vec > 2147483647LL) return q_fail(Q_EINVAL, "cuda gated_rmsnorm: too many vectors");
+    if (dim <= NORM_WARP_DIM && norm_reg_ok(x, dim, z, w, dim, y, dim)) {
+        CU_TRY(cu_launch(norm_warp_kernel<true>, (unsigned)((n_vec + 7) / 8), NORM_THREADS, 0, cu_stream(be), x,
+                         (int64_t)dim, z, w, n_vec, dim, eps, y, (int64_t)dim),
+               "gated_rmsnorm");
+        return Q_OK;
+    }
     CU_TRY(cu_launch(gated_rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, z, w, dim, eps, y),
            "gated_rmsnorm");
     return Q_OK;
