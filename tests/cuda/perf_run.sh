@@ -6,7 +6,7 @@
 #   kernels  every tests/cuda/bench_*.sh;  gemv / gemm: only that bench;  tune: tests/cuda/tune_gemv.sh
 #   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
-#   p4096    only the prefill 4096 figures of each model, split and bf16 precision (and QUILL_GDN_TC=0 A/Bs)
+#   p4096    only the prefill 4096 figures of each model, split and bf16 precision
 #   profile  quill bench --profile: the per-op GPU time table of a decode step (1 stream, PROFILE_STREAMS: 16 64)
 #            and of a prefill (split and bf16 precision; pprofile: the prefill tables alone)
 #   ncu      tests/cuda/ncu_decode.sh on the 4-bit model (its reports come back in $OUT)
@@ -110,8 +110,6 @@ if has p4096; then
     for p in split bf16; do
       q 40 "prefill 4096 $w $p" QUILL_PREFILL_PRECISION=$p build-cuda/quill bench $w --backend cuda --contexts '' \
         --streams '' --prefill 4096 --prefill-chunk 4096
-      q 40 "prefill 4096 $w $p, SIMT GDN products" QUILL_GDN_TC=0 QUILL_PREFILL_PRECISION=$p build-cuda/quill bench $w \
-        --backend cuda --contexts '' --streams '' --prefill 4096 --prefill-chunk 4096
     done
   done
 fi

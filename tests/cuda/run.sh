@@ -31,7 +31,6 @@ step() { # name, command...
 step "cuda ops vs cpu, batch invariance" "$build/cuda_test_cuda_ops"
 step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_cuda_seq_ops"
 step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUDA_ATT_TC=0 "$build/cuda_test_cuda_seq_ops"
-step "  the same with the chunked GDN on CUDA cores (QUILL_GDN_TC=0)" env QUILL_GDN_TC=0 "$build/cuda_test_cuda_seq_ops"
 step "  the same in bf16 prefill mode (QUILL_PREFILL_PRECISION=bf16)" env QUILL_PREFILL_PRECISION=bf16 \
      "$build/cuda_test_cuda_seq_ops"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"

@@ -1,8 +1,9 @@
 /* cuda_gdn_chunked_tc.cuh: the chunked gated delta rule's matrix products on tensor cores (mma.sync m16n8k8,
- * tf32 operands split 3xTF32, f32 accumulators: f32-class, ~2^-21 per product term), included by
- * cuda_gdn_chunked.cu, which has the math, the layouts and the SIMT twins (QUILL_GDN_TC=0).
- * - gdn_prep_tc: the prep's A = K K^T and P = Q K^T (their lower 16 x 16 tiles, decays folded in as the
- *   SIMT loop does) and the solve (I + A) [W U] = [beta e^gam K, beta V] by blocks of 16 rows.
+ * tf32 operands split 3xTF32, f32 accumulators: f32-class, ~2^-21 per product term; bf16 prefill mode: one
+ * tf32 product), included by
+ * cuda_gdn_chunked.cu, which has the math and the layouts.
+ * - gdn_prep_tc: the prep's A = K K^T and P = Q K^T (their lower 16 x 16 tiles, decays folded in) and the
+ *   solve (I + A) [W U] = [beta e^gam K, beta V] by blocks of 16 rows.
  * - gdn_scan_tc_kernel: the scan's X = W S, O = Qg S + P V' and S = eL S + Kd^T V' per chunk.
  * Fragments come from f32 tiles in shared memory whose row strides are 4 mod 32 where rows are read along
  * k (A from row-major, B from n-major) and 8 mod 32 where they are read along the tile's columns (B from
@@ -103,7 +104,7 @@ template <int NT> __device__ __forceinline__ void gdn_zero(float (&a)[NT][4], fl
 
 /* The prep's A (strictly lower, to shared As) and P (lower with the diagonal, to global P): the 10 lower
  * 16 x 16 tiles of each as 20 warp items, the 6 upper tiles zero. Kn, Qn: [GC][ks] with ks = 4 mod 32. Each
- * element then as the SIMT loop: P = (q_i.k_j) e^(gam_i - gam_j), A = (beta_i (k_i.k_j)) e^(gam_i - gam_j). */
+ * element then: P = (q_i.k_j) e^(gam_i - gam_j), A = (beta_i (k_i.k_j)) e^(gam_i - gam_j). */
 template <bool X3>
 __device__ __forceinline__ void gdn_prep_products_tc(const float *Kn, const float *Qn, int ks, int dk, const double *gam,
                                                      const float *bt, int L, float *As, int ast, float *P) {
@@ -236,8 +237,8 @@ static size_t scan_tc_smem(int dk) {
            sizeof(float);
 }
 
-/* As gdn_scan_kernel (same grid, same scratch), the products on tensor cores (X3: three tf32 products, else
- * one), 16 warps, two stages per chunk; warp w = 8 grp + i, row tile rt = i % 4, column half n0 = 16 (i / 4):
+/* The scan (grid: seq segment x value head x GCT-column tile; cuda_gdn_chunked.cu), X3: three tf32 products,
+ * else one; 16 warps, two stages per chunk; warp w = 8 grp + i, row tile rt = i % 4, column half n0 = 16 (i / 4):
  *   A: group 0 X = W S and V' = U - X (rows 16 rt, columns n0..), group 1 O = Qg S (the same tile);
  *   B: group 1 O += P V' and O out, group 0 S = eL S + Kd^T V' (state rows 16 i, every column).
  * S and V' are B operands of several warps, so they are kept split (tf32 hi and lo) next to S in f32.
