@@ -41,6 +41,7 @@
 
 #define FA_BM 128 /* packed query rows per CTA */
 #define FA_BN 32  /* key positions per tile */
+#define FA_BN_DB 64 /* the same, double-buffered form */
 #define FA_THREADS 256
 
 __device__ __forceinline__ float fa_exp2(float x) { /* exp2(-inf) = 0 */
@@ -101,13 +102,22 @@ __device__ __forceinline__ void fa_store_tile(unsigned char *hi, unsigned char *
     }
 }
 
-template <int D, bool SPLIT, typename T>
+/* Key tile width: FA_BN, or FA_BN_DB for the double-buffered form. */
+template <bool DB> struct fa_bn { static constexpr int BN = DB ? FA_BN_DB : FA_BN; };
+
+/* DB (bf16 mode on a bf16 cache, where its shared memory fits): the key tiles come by cp.async straight into
+ * two buffers (the cache's bits are the tile's: nothing to convert), one barrier per tile with the next
+ * tile's copies in flight, and tiles of FA_BN_DB keys (no register staging leaves room for the wider S).
+ * Otherwise the rows go through registers (converted; in split mode also the remainders), one buffer. */
+template <int D, bool SPLIT, typename T, bool DB>
 __global__ void __launch_bounds__(FA_THREADS, 1)
 flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0, const T *__restrict__ kc,
                      const T *__restrict__ vc, int n_q, int n_kv, int G, int P, int n_qt, float sl2,
                      float *__restrict__ out) {
-    constexpr int CH = D / 8, CHT = FA_BN * CH / FA_THREADS, NT = D / 8, SN = FA_BN / 8;
-    constexpr int QB = FA_BM * D * 2, KB = FA_BN * D * 2, PARTS = SPLIT ? 2 : 1;
+    static_assert(!DB || (!SPLIT && sizeof(T) == 2), "the double-buffered form copies bf16 rows as they are");
+    constexpr int BN = fa_bn<DB>::BN;
+    constexpr int CH = D / 8, CHT = FA_BN * CH / FA_THREADS, NT = D / 8, SN = BN / 8;
+    constexpr int QB = FA_BM * D * 2, KB = BN * D * 2, PARTS = SPLIT ? 2 : 1;
     extern __shared__ __align__(128) unsigned char fa_smem[];
     unsigned char *sQh = fa_smem, *sQl = fa_smem + QB;
     unsigned char *sKh = fa_smem + PARTS * QB, *sKl = sKh + KB;
@@ -118,7 +128,7 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
     const int qt = n_qt - 1 - (int)(blockIdx.x / (unsigned)n_kv); /* the longest tiles first */
     const int t0 = qt * P, n_pos = min(P, n_rows - t0), n_packed = n_pos * G;
     const int end = pos0 + n_rows;                  /* keys < end exist */
-    const int n_kt = (pos0 + t0 + n_pos - 1) / FA_BN + 1; /* tiles up to the CTA's last row */
+    const int n_kt = (pos0 + t0 + n_pos - 1) / BN + 1; /* tiles up to the CTA's last row */
 
     /* The Q tile, zeros past the packed rows in use. */
     for (int c = tid; c < FA_BM * CH; c += FA_THREADS) {
@@ -143,15 +153,38 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
     for (int n = 0; n < NT; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;
 
-    float4 st[2 * CHT];
-    fa_load_tile<D>(kc, 0, end, n_kv, kvh, st);
+    /* DB: tile jt's K and V into buffer b (K at sKh + 2 b KB, V after it), zeros at keys >= end */
+    auto issue = [&](int jt, int b) {
+        unsigned char *kb = sKh + 2 * b * KB;
+#pragma unroll
+        for (int i = 0; i < BN * CH / FA_THREADS; i++) {
+            const int c = tid + FA_THREADS * i, r = c / CH, cc = c % CH, key = jt * BN + r;
+            const bool ok = key < end;
+            const int64_t off = ((int64_t)(ok ? key : 0) * n_kv + kvh) * D + cc * 8;
+            const uint32_t o = cu_swz<D>(r, cc);
+            cu_cp_async16(cu_smem_addr(kb) + o, kc + off, ok);
+            cu_cp_async16(cu_smem_addr(kb + KB) + o, vc + off, ok);
+        }
+        cu_cp_commit();
+    };
+    float4 st[DB ? 1 : 2 * CHT];
+    if constexpr (DB) issue(0, 0);
+    else fa_load_tile<D>(kc, 0, end, n_kv, kvh, st);
     for (int j = 0; j < n_kt; j++) {
-        const int key0 = j * FA_BN;
-        fa_store_tile<D, SPLIT>(sKh, sKl, st);
-        fa_load_tile<D>(vc, key0, end, n_kv, kvh, st);
-        __syncthreads(); /* K tile (and Q) visible; every warp is past the last P V */
+        const int key0 = j * BN;
+        const unsigned char *kb = sKh, *vb = sVh;
+        if constexpr (DB) {
+            kb = sKh + 2 * (j & 1) * KB, vb = kb + KB;
+            cu_cp_wait<0>();
+            __syncthreads(); /* tile j (and Q) visible; every warp is past tile j - 1, whose buffer is refilled */
+            if (j + 1 < n_kt) issue(j + 1, (j + 1) & 1);
+        } else {
+            fa_store_tile<D, SPLIT>(sKh, sKl, st);
+            fa_load_tile<D>(vc, key0, end, n_kv, kvh, st);
+            __syncthreads(); /* K tile (and Q) visible; every warp is past the last P V */
+        }
         const bool active = key0 <= w_last;
-        uint32_t ph[FA_BN / 16][4], pl[FA_BN / 16][4];
+        uint32_t ph[BN / 16][4], pl[BN / 16][4];
         if (active) {
             float s[SN][4];
 #pragma unroll
@@ -163,11 +196,11 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
                 cu_ldsm_x4(cu_smem_addr(sQh) + qo, qh[0], qh[1], qh[2], qh[3]);
                 if (SPLIT) cu_ldsm_x4(cu_smem_addr(sQl) + qo, ql[0], ql[1], ql[2], ql[3]);
 #pragma unroll
-                for (int np = 0; np < FA_BN / 16; np++) {
+                for (int np = 0; np < BN / 16; np++) {
                     const uint32_t ko =
                         cu_swz<D>(16 * np + ((lane >> 4) << 3) + (lane & 7), 2 * ks + ((lane >> 3) & 1));
                     uint32_t k0, k1, k2, k3;
-                    cu_ldsm_x4(cu_smem_addr(sKh) + ko, k0, k1, k2, k3);
+                    cu_ldsm_x4(cu_smem_addr(kb) + ko, k0, k1, k2, k3);
                     cu_mma_bf16(s[2 * np], qh, k0, k1);
                     cu_mma_bf16(s[2 * np + 1], qh, k2, k3);
                     if (SPLIT) {
@@ -224,7 +257,7 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
             }
             /* P as A fragments (C layout of key n-tiles 2kk, 2kk+1 = A layout of k-step kk) */
 #pragma unroll
-            for (int kk = 0; kk < FA_BN / 16; kk++) {
+            for (int kk = 0; kk < BN / 16; kk++) {
                 ph[kk][0] = cu_pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
                 ph[kk][1] = cu_pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
                 ph[kk][2] = cu_pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
@@ -237,17 +270,19 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
                 }
             }
         }
-        fa_store_tile<D, SPLIT>(sVh, sVl, st); /* every warp passed the barrier after its last P V */
-        if (j + 1 < n_kt) fa_load_tile<D>(kc, key0 + FA_BN, end, n_kv, kvh, st);
-        __syncthreads(); /* V tile visible; every warp is done with the K tile */
+        if constexpr (!DB) {
+            fa_store_tile<D, SPLIT>(sVh, sVl, st); /* every warp passed the barrier after its last P V */
+            if (j + 1 < n_kt) fa_load_tile<D>(kc, key0 + FA_BN, end, n_kv, kvh, st);
+            __syncthreads(); /* V tile visible; every warp is done with the K tile */
+        }
         if (active) {
 #pragma unroll
-            for (int kk = 0; kk < FA_BN / 16; kk++)
+            for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
                 for (int dp = 0; dp < D / 16; dp++) {
                     const uint32_t vo = cu_swz<D>(16 * kk + (lane & 15), 2 * dp + (lane >> 4));
                     uint32_t v0, v1, v2, v3;
-                    cu_ldsm_x4_t(cu_smem_addr(sVh) + vo, v0, v1, v2, v3);
+                    cu_ldsm_x4_t(cu_smem_addr(vb) + vo, v0, v1, v2, v3);
                     cu_mma_bf16(o[2 * dp], ph[kk], v0, v1);
                     cu_mma_bf16(o[2 * dp + 1], ph[kk], v2, v3);
                     if (SPLIT) {
@@ -285,9 +320,9 @@ flash_prefill_kernel(const float *__restrict__ q, int row0, int n_rows, int pos0
     }
 }
 
-static size_t fa_smem_bytes(int dim, int precision) {
+static size_t fa_smem_bytes(int dim, int precision, bool db) {
     const size_t parts = precision == FLASH_SPLIT ? 2 : 1;
-    return parts * (size_t)(FA_BM + 2 * FA_BN) * (size_t)dim * 2;
+    return parts * (size_t)(FA_BM + (db ? 4 * FA_BN_DB : 2 * FA_BN)) * (size_t)dim * 2;
 }
 
 extern "C" int cuda_flash_precision(void) {
@@ -296,8 +331,8 @@ extern "C" int cuda_flash_precision(void) {
     return bf16 ? FLASH_BF16 : FLASH_SPLIT;
 }
 
-extern "C" int cuda_flash_supported(int n_q, int n_kv, int dim) {
-    if (n_kv <= 0 || n_q % n_kv || n_q / n_kv > FA_BM || (dim != 64 && dim != 128 && dim != 256)) return 0;
+/* The device's opt-in shared memory per block (read once). */
+static size_t fa_optin(void) {
     static int optin = -1;
     if (optin < 0) {
         int dev = 0, v = 0;
@@ -306,25 +341,41 @@ extern "C" int cuda_flash_supported(int n_q, int n_kv, int dim) {
             v = 0;
         optin = v;
     }
-    return fa_smem_bytes(dim, cuda_flash_precision()) <= (size_t)optin;
+    return (size_t)optin;
 }
 
-template <int D, bool SPLIT, typename T>
-static qstatus fa_launch(qbackend *be, const float *q, int row0, int n_rows, int pos0, const void *kc,
-                         const void *vc, int n_q, int n_kv, float scale, float *out) {
-    const size_t smem = fa_smem_bytes(D, SPLIT ? FLASH_SPLIT : FLASH_BF16);
+extern "C" int cuda_flash_supported(int n_q, int n_kv, int dim) {
+    if (n_kv <= 0 || n_q % n_kv || n_q / n_kv > FA_BM || (dim != 64 && dim != 128 && dim != 256)) return 0;
+    return fa_smem_bytes(dim, cuda_flash_precision(), false) <= fa_optin();
+}
+
+template <int D, bool SPLIT, typename T, bool DB>
+static qstatus fa_run(qbackend *be, const float *q, int row0, int n_rows, int pos0, const void *kc, const void *vc,
+                      int n_q, int n_kv, float scale, float *out) {
+    const size_t smem = fa_smem_bytes(D, SPLIT ? FLASH_SPLIT : FLASH_BF16, DB);
     /* every call (per device, cheap): more than 48 KiB of dynamic shared memory needs the opt-in */
-    CU_TRY(cudaFuncSetAttribute(flash_prefill_kernel<D, SPLIT, T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    CU_TRY(cudaFuncSetAttribute(flash_prefill_kernel<D, SPLIT, T, DB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 (int)smem),
            "flash prefill attention: shared memory");
     const int G = n_q / n_kv, P = FA_BM / G, n_qt = (n_rows + P - 1) / P;
     const int64_t blocks = (int64_t)n_qt * n_kv;
     if (blocks > INT_MAX) return q_fail(Q_EINVAL, "flash prefill attention: %d rows", n_rows);
     const float sl2 = scale * 1.4426950408889634f; /* scores in log2 units: exp(x) = exp2(x log2 e) */
-    flash_prefill_kernel<D, SPLIT, T><<<(unsigned)blocks, FA_THREADS, smem, cu_stream(be)>>>(
+    flash_prefill_kernel<D, SPLIT, T, DB><<<(unsigned)blocks, FA_THREADS, smem, cu_stream(be)>>>(
         q, row0, n_rows, pos0, (const T *)kc, (const T *)vc, n_q, n_kv, G, P, n_qt, sl2, out);
     CU_LAUNCHED("flash prefill attention");
     return Q_OK;
+}
+
+/* The double-buffered form where it applies and fits: a function of the precision, the cache type and the
+ * device, the same for every call (EXACT(chunk), EXACT(batch)). */
+template <int D, bool SPLIT, typename T>
+static qstatus fa_launch(qbackend *be, const float *q, int row0, int n_rows, int pos0, const void *kc,
+                         const void *vc, int n_q, int n_kv, float scale, float *out) {
+    if constexpr (!SPLIT && sizeof(T) == 2)
+        if (fa_smem_bytes(D, FLASH_BF16, true) <= fa_optin())
+            return fa_run<D, SPLIT, T, true>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
+    return fa_run<D, SPLIT, T, false>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, scale, out);
 }
 
 template <typename T>
