@@ -61,9 +61,14 @@ step "compute-sanitizer racecheck: quill run, f32 K/V" compute-sanitizer --tool 
      "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 step "compute-sanitizer racecheck: quill run (bf16 K/V)" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
-# the seq ops test runs the chunked GDN rule's tensor-core scan (barriers between its phases)
-step "compute-sanitizer racecheck: cuda seq ops (chunked GDN)" timeout 150 compute-sanitizer --tool racecheck \
+# the seq ops test runs the chunked GDN rule's tensor-core kernels and the flash prefill attention (in bf16 mode
+# its double-buffered form): cp.async stages and barriers between phases
+step "compute-sanitizer memcheck: cuda seq ops (chunked GDN, flash)" timeout 150 compute-sanitizer --tool memcheck \
      --error-exitcode 9 "$build/cuda_test_cuda_seq_ops"
+step "compute-sanitizer racecheck: cuda seq ops (chunked GDN, flash)" timeout 150 compute-sanitizer --tool racecheck \
+     --error-exitcode 9 "$build/cuda_test_cuda_seq_ops"
+step "compute-sanitizer racecheck: cuda seq ops, bf16 prefill mode" env QUILL_PREFILL_PRECISION=bf16 timeout 150 \
+     compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_seq_ops"
 # the ops test runs the decode matmul at 37 and 70 rows (gemv_wide_kernel's cp.async stages), which one stream never does
 step "compute-sanitizer memcheck: cuda ops (many-row matmul)" timeout 150 compute-sanitizer --tool memcheck \
      --error-exitcode 9 "$build/cuda_test_cuda_ops"
