@@ -62,8 +62,8 @@ __device__ __forceinline__ void gdn_b_cols(const float *M, int ld, int k0, int n
 
 /* B fragment of a row-major B[k][n] kept split in shared memory (Bh, Bl: the tf32 parts, row stride ld). */
 template <bool X3>
-__device__ __forceinline__ void gdn_b_split(const uint32_t *Bh, const uint32_t *Bl, int ld, int k0, int n0, int g, int t,
-                                            uint32_t (&h)[2], uint32_t (&l)[2]) {
+__device__ __forceinline__ void gdn_b_split(const uint32_t *Bh, const uint32_t *Bl, int ld, int k0, int n0, int g,
+                                            int t, uint32_t (&h)[2], uint32_t (&l)[2]) {
     const int o = (k0 + t) * ld + n0 + g;
     h[0] = Bh[o], h[1] = Bh[o + 4 * ld];
     if (X3) l[0] = Bl[o], l[1] = Bl[o + 4 * ld];
@@ -86,7 +86,8 @@ __device__ __forceinline__ void gdn_tile(float (&big)[NT][4], float (&small)[NT]
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
             uint32_t bh[2], bl[2];
-            if (BM == B_SPLIT) gdn_b_split<X3>((const uint32_t *)B, (const uint32_t *)B + split, ldb, k, n0 + 8 * nt, g, t, bh, bl);
+            if (BM == B_SPLIT)
+                gdn_b_split<X3>((const uint32_t *)B, (const uint32_t *)B + split, ldb, k, n0 + 8 * nt, g, t, bh, bl);
             else if (BM == B_COLS) gdn_b_cols<X3>((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
             else gdn_b_rows<X3>((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
             if (X3) cu_mma_3xtf32(big[nt], small[nt], ah, al, bh, bl);
@@ -106,8 +107,9 @@ template <int NT> __device__ __forceinline__ void gdn_zero(float (&a)[NT][4], fl
  * 16 x 16 tiles of each as 20 warp items, the 6 upper tiles zero. Kn, Qn: [GC][ks] with ks = 4 mod 32. Each
  * element then: P = (q_i.k_j) e^(gam_i - gam_j), A = (beta_i (k_i.k_j)) e^(gam_i - gam_j). */
 template <bool X3>
-__device__ __forceinline__ void gdn_prep_products_tc(const float *Kn, const float *Qn, int ks, int dk, const double *gam,
-                                                     const float *bt, int L, float *As, int ast, float *P) {
+__device__ __forceinline__ void gdn_prep_products_tc(const float *Kn, const float *Qn, int ks, int dk,
+                                                     const double *gam, const float *bt, int L, float *As, int ast,
+                                                     float *P) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     for (int it = warp; it < 20; it += GTHREADS / 32) {
         const bool is_p = it >= 10;
@@ -322,9 +324,10 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
                     const int i = 16 * rt + g + 8 * hf;
+                    float *o = out + ((int64_t)(sl.row0 + i) * Hv + h) * dv + c0 + n0 + 8 * nt + 2 * tq;
                     if (i < sl.L)
-                        *(float2 *)&out[((int64_t)(sl.row0 + i) * Hv + h) * dv + c0 + n0 + 8 * nt + 2 * tq] =
-                            make_float2(big[nt][2 * hf] + small[nt][2 * hf], big[nt][2 * hf + 1] + small[nt][2 * hf + 1]);
+                        *(float2 *)o = make_float2(big[nt][2 * hf] + small[nt][2 * hf],
+                                                   big[nt][2 * hf + 1] + small[nt][2 * hf + 1]);
                 }
         } else if (16 * wi < dk) { /* S = eL S + Kd^T V' on state rows 16 wi (no other warp touches S here) */
             float sb[4][4], ss[4][4];

@@ -103,9 +103,9 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_loop_kernel(float *x, in
  * thread j is lane j % 32 of part j / 32). GATED: y = x * scale * w * silu(z), z laid out as x (the GDN gate). */
 #define NORM_WARP_DIM 512
 template <bool GATED>
-__global__ void __launch_bounds__(NORM_THREADS) norm_warp_kernel(const float *x, int64_t xs, const float *__restrict__ z,
-                                                                 const float *__restrict__ w, int64_t n_vec, int dim,
-                                                                 float eps, float *y, int64_t ys) {
+__global__ void __launch_bounds__(NORM_THREADS)
+    norm_warp_kernel(const float *x, int64_t xs, const float *__restrict__ z, const float *__restrict__ w,
+                     int64_t n_vec, int dim, float eps, float *y, int64_t ys) {
     constexpr int NQ = NORM_WARP_DIM / 128;
     const int lane = threadIdx.x & 31;
     const int64_t row = (int64_t)blockIdx.x * (NORM_THREADS / 32) + (threadIdx.x >> 5);
