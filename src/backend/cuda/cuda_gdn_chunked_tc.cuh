@@ -324,10 +324,10 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
 #pragma unroll
                 for (int hf = 0; hf < 2; hf++) {
                     const int i = 16 * rt + g + 8 * hf;
+                    if (i >= sl.L) continue;
                     float *o = out + ((int64_t)(sl.row0 + i) * Hv + h) * dv + c0 + n0 + 8 * nt + 2 * tq;
-                    if (i < sl.L)
-                        *(float2 *)o = make_float2(big[nt][2 * hf] + small[nt][2 * hf],
-                                                   big[nt][2 * hf + 1] + small[nt][2 * hf + 1]);
+                    *(float2 *)o = make_float2(big[nt][2 * hf] + small[nt][2 * hf],
+                                               big[nt][2 * hf + 1] + small[nt][2 * hf + 1]);
                 }
         } else if (16 * wi < dk) { /* S = eL S + Kd^T V' on state rows 16 wi (no other warp touches S here) */
             float sb[4][4], ss[4][4];
