@@ -20,53 +20,30 @@ template <bool X3> __device__ __forceinline__ void gdn_part(float x, uint32_t &h
     else asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
 }
 
-/* A fragment (rows r0..r0+15, k0..k0+7) of a row-major f32 tile M[r][k] with row stride ld, split. */
+/* A fragment (rows r0..r0+15, k0..k0+7) of an f32 tile, split: p at (r0 + g, k0 + t), rows 8 apart are r8
+ * floats apart and k + 4 is k4 floats on (row-major M[r][k] with stride ld: r8 = 8 ld, k4 = 4; the transpose
+ * of a row-major M[k][r]: r8 = 8, k4 = 4 ld). */
 template <bool X3>
-__device__ __forceinline__ void gdn_a_rows(const float *M, int ld, int r0, int k0, int g, int t, uint32_t (&h)[4],
-                                           uint32_t (&l)[4]) {
-    const float *p = M + (r0 + g) * ld + k0 + t;
+__device__ __forceinline__ void gdn_a(const float *p, int r8, int k4, uint32_t (&h)[4], uint32_t (&l)[4]) {
     gdn_part<X3>(p[0], h[0], l[0]);
-    gdn_part<X3>(p[8 * ld], h[1], l[1]);
-    gdn_part<X3>(p[4], h[2], l[2]);
-    gdn_part<X3>(p[8 * ld + 4], h[3], l[3]);
+    gdn_part<X3>(p[r8], h[1], l[1]);
+    gdn_part<X3>(p[k4], h[2], l[2]);
+    gdn_part<X3>(p[r8 + k4], h[3], l[3]);
 }
 
-/* A fragment of M^T: A[r][k] = M[k][r], M row-major with row stride ld. */
-template <bool X3>
-__device__ __forceinline__ void gdn_a_cols(const float *M, int ld, int r0, int k0, int g, int t, uint32_t (&h)[4],
-                                           uint32_t (&l)[4]) {
-    const float *p = M + (k0 + t) * ld + r0 + g;
+/* B fragment (k0..k0+7, columns n0..n0+7) of an f32 tile, split: p at (k0 + t, n0 + g), k + 4 is k4 floats on
+ * (row-major B[k][n] with stride ld: k4 = 4 ld; n-major, B[k][n] = M[n][k]: k4 = 4). */
+template <bool X3> __device__ __forceinline__ void gdn_b(const float *p, int k4, uint32_t (&h)[2], uint32_t (&l)[2]) {
     gdn_part<X3>(p[0], h[0], l[0]);
-    gdn_part<X3>(p[8], h[1], l[1]);
-    gdn_part<X3>(p[4 * ld], h[2], l[2]);
-    gdn_part<X3>(p[4 * ld + 8], h[3], l[3]);
+    gdn_part<X3>(p[k4], h[1], l[1]);
 }
 
-/* B fragment (k0..k0+7, columns n0..n0+7) of a row-major B[k][n] with row stride ld, split. */
+/* B fragment of a row-major B[k][n] kept split in shared memory: p at (k0 + t, n0 + g) of the hi part, the lo
+ * part `split` words on, rows ld words apart. */
 template <bool X3>
-__device__ __forceinline__ void gdn_b_rows(const float *B, int ld, int k0, int n0, int g, int t, uint32_t (&h)[2],
-                                           uint32_t (&l)[2]) {
-    const float *p = B + (k0 + t) * ld + n0 + g;
-    gdn_part<X3>(p[0], h[0], l[0]);
-    gdn_part<X3>(p[4 * ld], h[1], l[1]);
-}
-
-/* B fragment of M^T: B[k][n] = M[n][k], M row-major with row stride ld. */
-template <bool X3>
-__device__ __forceinline__ void gdn_b_cols(const float *M, int ld, int k0, int n0, int g, int t, uint32_t (&h)[2],
-                                           uint32_t (&l)[2]) {
-    const float *p = M + (n0 + g) * ld + k0 + t;
-    gdn_part<X3>(p[0], h[0], l[0]);
-    gdn_part<X3>(p[4], h[1], l[1]);
-}
-
-/* B fragment of a row-major B[k][n] kept split in shared memory (Bh, Bl: the tf32 parts, row stride ld). */
-template <bool X3>
-__device__ __forceinline__ void gdn_b_split(const uint32_t *Bh, const uint32_t *Bl, int ld, int k0, int n0, int g,
-                                            int t, uint32_t (&h)[2], uint32_t (&l)[2]) {
-    const int o = (k0 + t) * ld + n0 + g;
-    h[0] = Bh[o], h[1] = Bh[o + 4 * ld];
-    if (X3) l[0] = Bl[o], l[1] = Bl[o + 4 * ld];
+__device__ __forceinline__ void gdn_b_split(const uint32_t *p, int split, int ld, uint32_t (&h)[2], uint32_t (&l)[2]) {
+    h[0] = p[0], h[1] = p[4 * ld];
+    if (X3) l[0] = p[split], l[1] = p[split + 4 * ld];
 }
 
 /* Where a product's B operand comes from: f32 row-major (B_ROWS), f32 n-major (B_COLS: B[k][n] = M[n][k]),
@@ -81,15 +58,16 @@ __device__ __forceinline__ void gdn_tile(float (&big)[NT][4], float (&small)[NT]
     const int g = lane >> 2, t = lane & 3;
     for (int k = k0; k < k1; k += 8) {
         uint32_t ah[4], al[4];
-        if (A_T) gdn_a_cols<X3>(A, lda, r0, k, g, t, ah, al);
-        else gdn_a_rows<X3>(A, lda, r0, k, g, t, ah, al);
+        if (A_T) gdn_a<X3>(A + (k + t) * lda + r0 + g, 8, 4 * lda, ah, al);
+        else gdn_a<X3>(A + (r0 + g) * lda + k + t, 8 * lda, 4, ah, al);
 #pragma unroll
         for (int nt = 0; nt < NT; nt++) {
+            const int n = n0 + 8 * nt + g;
             uint32_t bh[2], bl[2];
             if (BM == B_SPLIT)
-                gdn_b_split<X3>((const uint32_t *)B, (const uint32_t *)B + split, ldb, k, n0 + 8 * nt, g, t, bh, bl);
-            else if (BM == B_COLS) gdn_b_cols<X3>((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
-            else gdn_b_rows<X3>((const float *)B, ldb, k, n0 + 8 * nt, g, t, bh, bl);
+                gdn_b_split<X3>((const uint32_t *)B + (k + t) * ldb + n, split, ldb, bh, bl);
+            else if (BM == B_COLS) gdn_b<X3>((const float *)B + n * ldb + k + t, 4, bh, bl);
+            else gdn_b<X3>((const float *)B + (k + t) * ldb + n, 4 * ldb, bh, bl);
             if (X3) cu_mma_3xtf32(big[nt], small[nt], ah, al, bh, bl);
             else cu_mma_tf32(big[nt], ah, bh[0], bh[1]);
         }
