@@ -56,32 +56,18 @@ static __host__ __device__ __forceinline__ int64_t slot_floats(int dk, int dv) {
 
 int cuda_gdn_chunked_ok(qgdn_dims d) {
     return d.k_dim % 32 == 0 && d.k_dim <= GDK_MAX && d.v_dim % GCT == 0 && d.v_dim > 0 && d.v_dim <= GDK_MAX &&
-           d.n_k_heads > 0 &&
-           d.n_v_heads % d.n_k_heads == 0;
+           d.n_k_heads > 0 && d.n_v_heads % d.n_k_heads == 0;
 }
 
 /* ---- prep --------------------------------------------------------------------------------------- */
 
 #define AST 68 /* row stride of A in shared memory (16-byte rows) */
 
-__device__ __forceinline__ void cp16(float *smem, const float *gmem) { cu_cp_async16(cu_smem_addr(smem), gmem, true); }
-#define cp_commit cu_cp_commit
-#define cp_wait cu_cp_wait
-
-/* [GC][dk] rows of src into dst with row stride ld */
-__device__ __forceinline__ void cp_rows(float *dst, int ld, const float *src, int dk) {
-    const int per_row = dk >> 2;
-    for (int q = threadIdx.x; q < GC * per_row; q += blockDim.x) {
-        const int r = q / per_row, c4 = q - r * per_row;
-        cp16(dst + r * ld + 4 * c4, src + r * dk + 4 * c4);
-    }
-}
-
 #include "cuda_gdn_chunked_tc.cuh"
 
 static size_t prep_smem(int dk, int dv) {
     return (size_t)2 * GC * ((dk > dv ? dk : dv) + 4) * sizeof(float) + (size_t)GC * AST * sizeof(float) +
-           (size_t)GC * sizeof(double) + (size_t)4 * GC * sizeof(float);
+           (size_t)GC * sizeof(double) + (size_t)3 * GC * sizeof(float);
 }
 
 /* Two blocks per SM (~100 registers, 86 KB of shared memory each): the second block's phases fill the first
@@ -99,7 +85,7 @@ gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, cons
     const int KS = (dk > dv ? dk : dv) + 4; /* Kn, Qn row stride (4 mod 32: fragments); Qn later holds [GC][dv] */
     double *gam = smem_d;
     float *Kn = (float *)(gam + GC), *Qn = Kn + GC * KS, *As = Qn + GC * KS;
-    float *bt = As + GC * AST, *eg = bt + GC, *ed = eg + GC, *misc = ed + GC;
+    float *bt = As + GC * AST, *eg = bt + GC, *ed = eg + GC;
     const int h = blockIdx.y, hk = h / (Hv / Hk);
     const int row0 = slots[blockIdx.x].row0, L = slots[blockIdx.x].L;
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -154,12 +140,11 @@ gdn_prep_kernel(const float *__restrict__ qkv, const float *__restrict__ g, cons
         eg[t] = t < L ? expf((float)gam[t]) : 0.0f;
         ed[t] = t < L ? expf((float)(gam[L - 1] - gam[t])) : 0.0f;
     }
-    if (t == 0) misc[0] = expf((float)gam[L - 1]);
+    if (t == 0) eLp[0] = expf((float)gam[L - 1]);
 
     /* 2-4 on tensor cores: A and P, Qg and Kd, the solve for W and U */
     const float *V = qkv + (int64_t)row0 * width + 2LL * Hk * dk + (int64_t)h * dv;
     gdn_prep_tc<X3>(Kn, Qn, KS, As, gam, bt, eg, ed, L, dk, dv, V, width, W, Qg, Kd, U, P);
-    if (t == 0) eLp[0] = misc[0];
 }
 
 /* ---- host --------------------------------------------------------------------------------------- */

@@ -17,7 +17,7 @@
 /* x as tf32: both parts (X3, the three-product form) or the rounded value alone (hi; lo is not set). */
 template <bool X3> __device__ __forceinline__ void gdn_part(float x, uint32_t &hi, uint32_t &lo) {
     if (X3) cu_tf32_split(x, hi, lo);
-    else asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
+    else hi = cu_tf32(x);
 }
 
 /* A fragment (rows r0..r0+15, k0..k0+7) of an f32 tile, split: p at (r0 + g, k0 + t), rows 8 apart are r8
@@ -72,6 +72,12 @@ __device__ __forceinline__ void gdn_tile(float (&big)[NT][4], float (&small)[NT]
             else cu_mma_tf32(big[nt], ah, bh[0], bh[1]);
         }
     }
+}
+
+/* Offset of element c (0..3) of a lane's C fragment of the 16 x 8 tile at (r0, n0) in a row-major tile with
+ * row stride ld: row r0 + g (+ 8 for c >= 2), column n0 + 2t (+ 1 for odd c). */
+__device__ __forceinline__ int gdn_c_at(int r0, int n0, int c, int ld, int lane) {
+    return (r0 + (lane >> 2) + 8 * (c >> 1)) * ld + n0 + 2 * (lane & 3) + (c & 1);
 }
 
 template <int NT> __device__ __forceinline__ void gdn_zero(float (&a)[NT][4], float (&b)[NT][4]) {
@@ -211,6 +217,17 @@ __device__ __forceinline__ void gdn_prep_tc(float *Kn, float *Qn, int ks, float 
 
 #define SST (GCT + 8) /* row stride of the state tile, U and V' (read along columns) */
 
+__device__ __forceinline__ void cp16(float *smem, const float *gmem) { cu_cp_async16(cu_smem_addr(smem), gmem, true); }
+
+/* [GC][dk] rows of src into dst with row stride ld */
+__device__ __forceinline__ void cp_rows(float *dst, int ld, const float *src, int dk) {
+    const int per_row = dk >> 2;
+    for (int q = threadIdx.x; q < GC * per_row; q += blockDim.x) {
+        const int r = q / per_row, c4 = q - r * per_row;
+        cp16(dst + r * ld + 4 * c4, src + r * dk + 4 * c4);
+    }
+}
+
 static size_t scan_tc_smem(int dk) {
     return ((size_t)3 * dk * SST + 3 * (size_t)GC * SST + 2 * (size_t)GC * (dk + 4) + (size_t)GC * (dk + 8) +
             (size_t)GC * AST) *
@@ -269,14 +286,14 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
         }
     };
     issue_wuq(0);
-    cp_commit();
+    cu_cp_commit();
     issue_pk(0);
-    cp_commit();
+    cu_cp_commit();
 
     for (int s = 0; s < seg.n_slots; s++) {
         const gdn_slot sl = slots[seg.slot0 + s];
         const float eL = slot_base(s)[sf - 4];
-        cp_wait<1>(); /* W, U, Qg of chunk s */
+        cu_cp_wait<1>(); /* W, U, Qg of chunk s */
         __syncthreads();
         float big[2][4], small[2][4]; /* stage A's product: X (group 0) or O (group 1, kept for stage B) */
         gdn_zero(big, small);
@@ -286,14 +303,14 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    const int o = (16 * rt + g + 8 * (c >> 1)) * SST + n0 + 8 * nt + 2 * tq + (c & 1);
+                    const int o = gdn_c_at(16 * rt, n0 + 8 * nt, c, SST, lane);
                     cu_tf32_split(Ub[o] - (big[nt][c] + small[nt][c]), Vh[o], Vh[VSZ + o]);
                 }
         }
         __syncthreads(); /* V' complete; W, U, Qg free */
         if (s + 1 < seg.n_slots) issue_wuq(s + 1);
-        cp_commit();
-        cp_wait<1>(); /* P, Kd of chunk s */
+        cu_cp_commit();
+        cu_cp_wait<1>(); /* P, Kd of chunk s */
         __syncthreads();
         if (grp) { /* O += P V' (P is zero right of the diagonal tile) */
             gdn_tile<2, false, B_SPLIT, X3>(big, small, Pb, AST, Vh, SST, VSZ, 16 * rt, n0, 0, 16 * (rt + 1), lane);
@@ -313,7 +330,7 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    sb[nt][c] = eL * Sf[(16 * wi + g + 8 * (c >> 1)) * SST + 8 * nt + 2 * tq + (c & 1)];
+                    sb[nt][c] = eL * Sf[gdn_c_at(16 * wi, 8 * nt, c, SST, lane)];
                     ss[nt][c] = 0.0f;
                 }
             gdn_tile<4, true, B_SPLIT, X3>(sb, ss, Kb, KS8, Vh, SST, VSZ, 16 * wi, 0, 0, GC, lane);
@@ -321,16 +338,16 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
             for (int nt = 0; nt < 4; nt++)
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
-                    const int o = (16 * wi + g + 8 * (c >> 1)) * SST + 8 * nt + 2 * tq + (c & 1);
+                    const int o = gdn_c_at(16 * wi, 8 * nt, c, SST, lane);
                     Sf[o] = sb[nt][c] + ss[nt][c];
                     cu_tf32_split(Sf[o], Sh[o], Sh[SSZ + o]);
                 }
         }
         __syncthreads(); /* S written; P, Kd and V' free */
         if (s + 1 < seg.n_slots) issue_pk(s + 1);
-        cp_commit();
+        cu_cp_commit();
     }
-    cp_wait<0>();
+    cu_cp_wait<0>();
     __syncthreads();
     for (int e = t; e < dk * GCT; e += SCAN_TC_THREADS)
         Sg[(int64_t)(e / GCT) * dv + (e % GCT)] = Sf[(e / GCT) * SST + e % GCT];

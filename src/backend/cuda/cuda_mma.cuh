@@ -37,11 +37,18 @@ __device__ __forceinline__ void cu_mma_tf32(float *c, const uint32_t *a, uint32_
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* x rounded to tf32 (to nearest), as the 32-bit operand register mma takes. */
+__device__ __forceinline__ uint32_t cu_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+
 /* x = hi + lo + e as tf32 parts (both rounded to nearest): |e| <= 2^-21 |x| about, so the three products
  * hi.hi + hi.lo + lo.hi of two split operands are f32-class ("3xTF32"). */
 __device__ __forceinline__ void cu_tf32_split(float x, uint32_t &hi, uint32_t &lo) {
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(hi) : "f"(x));
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(lo) : "f"(__fsub_rn(x, __uint_as_float(hi))));
+    hi = cu_tf32(x);
+    lo = cu_tf32(__fsub_rn(x, __uint_as_float(hi)));
 }
 
 /* The 3xTF32 product of split operands: big += a_hi b_hi; small += a_lo b_hi + a_hi b_lo (the small terms
