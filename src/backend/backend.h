@@ -111,6 +111,13 @@ typedef struct qbackend_ops {
     qstatus (*rope)(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,
                     const int32_t *pos, float theta);
 
+    /* Optional (NULL: rmsnorm of q, rmsnorm of k, rope of q, rope of k): the attention's head norms and RoPE
+     * in one pass, bitwise what those four give. q[r][h] = rope(rmsnorm(qx + (r * n_q + h) * qx_stride) * q_w),
+     * k[r][h] = rope(rmsnorm(k[r][h]) * k_w) in place; q, k: [n][heads][dim]. */
+    qstatus (*qk_norm_rope)(qbackend *be, const float *qx, int64_t qx_stride, const float *q_w, float *q, float *k,
+                            const float *k_w, int n, int n_q, int n_kv, int dim, float eps, int rot_dim,
+                            const int32_t *pos, float theta);
+
     /* Causal GQA attention. For each seq s: writes k, v rows [row0, row0+n_rows) into the caches of
      * that stream at positions pos0.., then each row at position p attends to positions 0..p.
      * q, out: [n][n_q][dim]; k, v: [n][n_kv][dim]; k_cache[s], v_cache[s]: [ctx][n_kv][dim] of

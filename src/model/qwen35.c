@@ -358,10 +358,15 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     const qweight *W[3] = {&w->q_proj, &w->k_proj, &w->v_proj};
     float *const Y[3] = {s->qg, s->k, s->v}; /* qg: per head [query | gate] */
     Q_TRY(mm_multi(m, s->h, 3, W, Y));
-    Q_TRY(be->ops->rmsnorm(be, s->qg, 2 * D, w->q_norm, (int64_t)n * nq, D, c->rms_eps, s->q, D));
-    Q_TRY(be->ops->rmsnorm(be, s->k, D, w->k_norm, (int64_t)n * nkv, D, c->rms_eps, s->k, D));
-    Q_TRY(be->ops->rope(be, s->q, n, nq, D, c->rot_dim, s->pos, c->rope_theta));
-    Q_TRY(be->ops->rope(be, s->k, n, nkv, D, c->rot_dim, s->pos, c->rope_theta));
+    if (be->ops->qk_norm_rope) {
+        Q_TRY(be->ops->qk_norm_rope(be, s->qg, 2 * D, w->q_norm, s->q, s->k, w->k_norm, n, nq, nkv, D, c->rms_eps,
+                                    c->rot_dim, s->pos, c->rope_theta));
+    } else {
+        Q_TRY(be->ops->rmsnorm(be, s->qg, 2 * D, w->q_norm, (int64_t)n * nq, D, c->rms_eps, s->q, D));
+        Q_TRY(be->ops->rmsnorm(be, s->k, D, w->k_norm, (int64_t)n * nkv, D, c->rms_eps, s->k, D));
+        Q_TRY(be->ops->rope(be, s->q, n, nq, D, c->rot_dim, s->pos, c->rope_theta));
+        Q_TRY(be->ops->rope(be, s->k, n, nkv, D, c->rot_dim, s->pos, c->rope_theta));
+    }
     for (int i = 0; i < n_seqs; i++) {
         s->kp[i] = states[s->seq_stream[i]]->k_cache[l];
         s->vp[i] = states[s->seq_stream[i]]->v_cache[l];

@@ -243,6 +243,37 @@ static void test_norms_and_elementwise(void) {
     rm(x); rm(w); rm(y); rm(z);
 }
 
+/* qk_norm_rope (the attention's head norms and RoPE in one launch) is bitwise the four ops on the GPU and
+ * close to them on the CPU: 9B head shapes (q from a strided [query | gate] buffer), positions up to 70,000. */
+static void test_qk_norm_rope(void) {
+    const int n = 5, nq = 16, nkv = 4, D = 256, rot = 64;
+    const int32_t hpos[5] = {0, 7, 1000, 33000, 70001};
+    buf qx = mk_rand((size_t)n * nq * D * 2, 3.0f), qw = mk_rand(D, 1.0f), kw = mk_rand(D, 1.0f);
+    buf k = mk_rand((size_t)n * nkv * D, 2.0f), pos = mk(sizeof hpos, hpos);
+    buf q = mk((size_t)n * nq * D * 4, NULL), q2 = mk(q.bytes, NULL), k2 = mk(k.bytes, NULL);
+    OK(gpu->ops->copy(gpu, k2.g, k.g, k.bytes));
+    OK(cpu->ops->rmsnorm(cpu, qx.c, 2 * D, qw.c, (int64_t)n * nq, D, 1e-6f, q.c, D));
+    OK(cpu->ops->rmsnorm(cpu, k.c, D, kw.c, (int64_t)n * nkv, D, 1e-6f, k.c, D));
+    OK(cpu->ops->rope(cpu, q.c, n, nq, D, rot, pos.c, 1e7f));
+    OK(cpu->ops->rope(cpu, k.c, n, nkv, D, rot, pos.c, 1e7f));
+    OK(gpu->ops->qk_norm_rope(gpu, qx.g, 2 * D, qw.g, q.g, k.g, kw.g, n, nq, nkv, D, 1e-6f, rot, pos.g, 1e7f));
+    expect_close("qk_norm_rope q", q, 1e-5);
+    expect_close("qk_norm_rope k", k, 1e-5);
+    OK(gpu->ops->rmsnorm(gpu, qx.g, 2 * D, qw.g, (int64_t)n * nq, D, 1e-6f, q2.g, D));
+    OK(gpu->ops->rmsnorm(gpu, k2.g, D, kw.g, (int64_t)n * nkv, D, 1e-6f, k2.g, D));
+    OK(gpu->ops->rope(gpu, q2.g, n, nq, D, rot, pos.g, 1e7f));
+    OK(gpu->ops->rope(gpu, k2.g, n, nkv, D, rot, pos.g, 1e7f));
+    float *a = malloc(q.bytes), *b = malloc(q.bytes);
+    OK(gpu->ops->download(gpu, a, q.g, q.bytes));
+    OK(gpu->ops->download(gpu, b, q2.g, q.bytes));
+    expect_same("qk_norm_rope q == rmsnorm + rope (gpu)", a, b, q.bytes);
+    OK(gpu->ops->download(gpu, a, k.g, k.bytes));
+    OK(gpu->ops->download(gpu, b, k2.g, k.bytes));
+    expect_same("qk_norm_rope k == rmsnorm + rope (gpu)", a, b, k.bytes);
+    free(a); free(b);
+    rm(qx); rm(qw); rm(kw); rm(k); rm(pos); rm(q); rm(q2); rm(k2);
+}
+
 /* add_rmsnorm is bitwise add then rmsnorm on the GPU (and close to the CPU); argmax picks the CPU's
  * index, ties (first wins) and NaNs (never win; NaN first gives 0) included. */
 static void test_add_rmsnorm_argmax(void) {
@@ -315,6 +346,6 @@ static void test_swiglu_matmul_prefill(void) {
 int main(void) {
     static void (*const tests[])(void) = {test_matmul, test_matmul_decode, test_matmul_multi, test_matmul_prefill_gemm,
                                           test_swiglu_matmul_prefill, test_norms_and_elementwise,
-                                          test_add_rmsnorm_argmax};
+                                          test_qk_norm_rope, test_add_rmsnorm_argmax};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

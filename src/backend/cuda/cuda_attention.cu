@@ -12,12 +12,10 @@
  * of one kv head); the prompt path's flash kernel packs them too. */
 #include "cuda_flash_prefill.h"
 #include "cuda_attention.cuh"
+#include "cuda_rope.cuh"
 
 #define ATT_WARPS 4
 #define ATT_MAX_PER_LANE 8 /* dim <= 256 */
-#define ROPE_MAX_PAIRS 128
-
-typedef struct rope_freqs { float inv[ROPE_MAX_PAIRS]; } rope_freqs;
 
 __global__ void rope_kernel(float *x, int n_heads, int head_dim, int half, const int32_t *__restrict__ pos,
                             rope_freqs f) {
@@ -27,11 +25,10 @@ __global__ void rope_kernel(float *x, int n_heads, int head_dim, int half, const
     for (int t = threadIdx.x; t < n_heads * half; t += blockDim.x) {
         const int h = t / half, j = t % half;
         float *xh = x + ((int64_t)r * n_heads + h) * head_dim;
-        float s, c;
-        sincosf(p * f.inv[j], &s, &c); /* the angle rounds to f32 first, as torch computes it */
-        const float x1 = xh[j], x2 = xh[j + half];
-        xh[j] = x1 * c - x2 * s;
-        xh[j + half] = x2 * c + x1 * s;
+        float x1 = xh[j], x2 = xh[j + half];
+        rope_rotate(x1, x2, p, f, j);
+        xh[j] = x1;
+        xh[j + half] = x2;
     }
 }
 
@@ -40,13 +37,9 @@ qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int 
     if (n <= 0) return Q_OK;
     if (rot_dim % 2 || rot_dim > head_dim || rot_dim / 2 > ROPE_MAX_PAIRS)
         return q_fail(Q_EINVAL, "cuda rope: rot_dim %d (head_dim %d)", rot_dim, head_dim);
-    rope_freqs f;
-    const int half = rot_dim / 2;
-    for (int j = 0; j < half; j++) { /* as HF and the CPU twin: the exponent rounded to f32 first */
-        const float e = (float)(2 * j) / (float)rot_dim;
-        f.inv[j] = 1.0f / (float)pow((double)theta, (double)e);
-    }
-    CU_TRY(cu_launch(rope_kernel, n, 128, 0, cu_stream(be), x, n_heads, head_dim, half, pos, f), "rope");
+    CU_TRY(cu_launch(rope_kernel, n, 128, 0, cu_stream(be), x, n_heads, head_dim, rot_dim / 2, pos,
+                     rope_freqs_make(theta, rot_dim)),
+           "rope");
     return Q_OK;
 }
 

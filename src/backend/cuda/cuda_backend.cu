@@ -145,6 +145,7 @@ static qbackend_ops make_ops(void) {
     o.matmul_prefill_multi = cuda_matmul_prefill_multi;
     o.swiglu_matmul_prefill = cuda_swiglu_matmul_prefill;
     o.rope = cuda_rope;
+    o.qk_norm_rope = cuda_qk_norm_rope;
     o.attention = cuda_attention;
     o.mul_sigmoid = cuda_mul_sigmoid;
     o.conv1d_silu = cuda_conv1d_silu;

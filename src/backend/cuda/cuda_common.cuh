@@ -235,6 +235,9 @@ qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const f
                            int dim, float eps, float *y);
 qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int rot_dim,
                   const int32_t *pos, float theta);
+qstatus cuda_qk_norm_rope(qbackend *be, const float *qx, int64_t qx_stride, const float *q_w, float *q, float *k,
+                          const float *k_w, int n, int n_q, int n_kv, int dim, float eps, int rot_dim,
+                          const int32_t *pos, float theta);
 qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
                        int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
                        int dim, float scale, float *out);

@@ -13,9 +13,9 @@
  *   staged activations put the matching x values in the same fragment slots: the K order inside an
  *   MMA is a fixed permutation, the same for every row.
  * - 4-bit: the weights of one "unit" (64 codes = 4 MMA k-steps) share a scale s and bias b. Codes
- *   become bf16 exactly ((0x4300 | q) - 128 = q, two per instruction); P = sum_k q_k x_k comes from the
- *   MMAs (fresh accumulator per unit) and the unit is folded as acc = s*(P_hi + P_lo) + (b*X + acc),
- *   X = the unit's sum of (hi + lo) in a fixed order, computed while staging. bf16: the MMAs
+ *   become bf16 exactly (0x4300 | q = 128 + q, two per instruction); P = sum_k (128 + q_k) x_k comes from
+ *   the MMAs (fresh accumulator per unit) and the unit is folded as acc = s*(P_hi + P_lo) + (b'*X + acc),
+ *   b' = b - 128 s, X = the unit's sum of (hi + lo) in a fixed order, computed while staging (GT_OFFSET). bf16: the MMAs
  *   accumulate the hi and lo columns over the whole slice; the row's value is hi + lo at the end.
  * - Split-K: the K units are cut into S slices, S a function of (n_out, K) only (gemv_tc_split). With
  *   S > 1 each slice writes a partial and the last block of an (output block, row chunk) to arrive
@@ -106,14 +106,26 @@ __device__ __forceinline__ void gt_mma0(float (&c)[4], uint32_t a0, uint32_t a1,
 }
 
 
-/* Codes i and i+4 of a word as a bf16 pair (low half = code i): (0x4300 | q) - 128 = q exactly. The mask
- * and the or are one lop3 (C's & then | compile to two: a LOP3 takes one immediate), so a pair costs a
- * shift, a lop3 and a bf16x2 fma. */
+/* GT_OFFSET 1: the MMAs take each code as the bf16 value 128 + q (0x4300 | q, exact) and the fold takes the
+ * 128 back out with the bias: s (sum (128 + q) x) + (b - 128 s) X = s (sum q x) + b X, so a pair of codes
+ * costs a shift and a lop3 (16 of the unit loop's ~97 instructions were the bf16x2 fmas making q itself).
+ * The unit's MMA sum is then ~8x larger than sum q x, so its f32 rounding is ~3 bits coarser (bench_gemv's
+ * error column). GT_OFFSET 0: q itself, (0x4300 | q) - 128 by a bf16x2 fma. */
+#ifndef GT_OFFSET
+#define GT_OFFSET 1
+#endif
+/* Codes i and i+4 of a word as a bf16 pair (low half = code i). The mask and the or are one lop3 (C's &
+ * then | compile to two: a LOP3 takes one immediate). */
 __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
-    uint32_t v, r;
+    uint32_t v;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(v) : "r"(w >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
+#if GT_OFFSET
+    return v;
+#else
+    uint32_t r;
     asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
     return r;
+#endif
 }
 
 /* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. For tile T, unit u and
@@ -293,6 +305,7 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
         s1 = gt_bf16(__shfl_sync(0xffffffffu, sb[1], src));
         b0 = gt_bf16(__shfl_sync(0xffffffffu, sb[2], src));
         b1 = gt_bf16(__shfl_sync(0xffffffffu, sb[3], src));
+        if (GT_OFFSET) b0 = fmaf(-128.0f, s0, b0), b1 = fmaf(-128.0f, s1, b1);
     } else {
 #pragma unroll
         for (int r = 0; r < 2; r++)

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "cuda_common.cuh"
+#include "cuda_rope.cuh"
 
 #define NORM_THREADS 256
 
@@ -100,27 +101,26 @@ __global__ void __launch_bounds__(NORM_THREADS) rmsnorm_loop_kernel(float *x, in
  * (a block per 128-element vector left 7 of its 8 warps idle: gated_rmsnorm ran at a quarter of the
  * memory rate). Lane l owns quad 4 (l + 32 k) of part k; each part's squares go through the warp's xor tree
  * and the parts are added as block_sum's tree adds warps 0..3, so the bits are the block kernels' (their
- * thread j is lane j % 32 of part j / 32). GATED: y = x * scale * w * silu(z), z laid out as x (the GDN gate). */
+ * thread j is lane j % 32 of part j / 32). */
 #define NORM_WARP_DIM 512
-template <bool GATED>
-__global__ void __launch_bounds__(NORM_THREADS)
-    norm_warp_kernel(const float *x, int64_t xs, const float *__restrict__ z, const float *__restrict__ w,
-                     int64_t n_vec, int dim, float eps, float *y, int64_t ys) {
-    constexpr int NQ = NORM_WARP_DIM / 128;
-    const int lane = threadIdx.x & 31;
-    const int64_t row = (int64_t)blockIdx.x * (NORM_THREADS / 32) + (threadIdx.x >> 5);
-    float4 wq[NQ], v[NQ];
+#define NORM_WQ (NORM_WARP_DIM / 128)
+
+/* The lane's quads of the norm weights w (loaded before the programmatic wait: weights). */
+__device__ __forceinline__ void norm_warp_weights(const float *__restrict__ w, int dim, int lane,
+                                                  float4 (&wq)[NORM_WQ]) {
 #pragma unroll
-    for (int k = 0; k < NQ; k++) {
+    for (int k = 0; k < NORM_WQ; k++) {
         const int q = 4 * (lane + 32 * k);
         if (q < dim) wq[k] = __ldg((const float4 *)(w + q));
     }
-    cu_pdl_enter();
-    if (row >= n_vec) return; /* whole warps */
-    const float *xv = x + row * xs;
-    float p[NQ];
+}
+
+/* The lane's quads of the vector xv into v, and rmsnorm(xv) * w into o (quads past dim untouched). */
+__device__ __forceinline__ void norm_warp_vec(const float *xv, int dim, float eps, const float4 (&wq)[NORM_WQ],
+                                              int lane, float4 (&v)[NORM_WQ], float4 (&o)[NORM_WQ]) {
+    float p[NORM_WQ];
 #pragma unroll
-    for (int k = 0; k < NQ; k++) {
+    for (int k = 0; k < NORM_WQ; k++) {
         const int q = 4 * (lane + 32 * k);
         p[k] = 0.0f;
         if (128 * k >= dim) continue; /* uniform */
@@ -128,20 +128,75 @@ __global__ void __launch_bounds__(NORM_THREADS)
         if (q < dim) v[k] = norm_ld4(xv + q), ss = norm_ss4(v[k], 0.0f);
         p[k] = warp_sum(ss);
     }
-    static_assert(NQ == 4, "the parts' tree below is block_sum's for 4 warps");
+    static_assert(NORM_WQ == 4, "the parts' tree below is block_sum's for 4 warps");
     const float scale = rsqrtf(((p[0] + p[2]) + (p[1] + p[3])) / (float)dim + eps);
+#pragma unroll
+    for (int k = 0; k < NORM_WQ; k++)
+        if (4 * (lane + 32 * k) < dim) o[k] = norm_scale4(v[k], scale, wq[k]);
+}
+
+/* GATED: y = rmsnorm(x) * w * silu(z), z laid out as x (the GDN gate). */
+template <bool GATED>
+__global__ void __launch_bounds__(NORM_THREADS)
+    norm_warp_kernel(const float *x, int64_t xs, const float *__restrict__ z, const float *__restrict__ w,
+                     int64_t n_vec, int dim, float eps, float *y, int64_t ys) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * (NORM_THREADS / 32) + (threadIdx.x >> 5);
+    float4 wq[NORM_WQ], v[NORM_WQ], o[NORM_WQ];
+    norm_warp_weights(w, dim, lane, wq);
+    cu_pdl_enter();
+    if (row >= n_vec) return; /* whole warps */
+    norm_warp_vec(x + row * xs, dim, eps, wq, lane, v, o);
     float *yv = y + row * ys;
 #pragma unroll
-    for (int k = 0; k < NQ; k++) {
+    for (int k = 0; k < NORM_WQ; k++) {
         const int q = 4 * (lane + 32 * k);
         if (q >= dim) break;
-        float4 o = norm_scale4(v[k], scale, wq[k]);
         if (GATED) {
             const float4 g = __ldg((const float4 *)(z + row * xs + q));
-            o = make_float4(o.x * silu_f(g.x), o.y * silu_f(g.y), o.z * silu_f(g.z), o.w * silu_f(g.w));
+            o[k] = make_float4(o[k].x * silu_f(g.x), o[k].y * silu_f(g.y), o[k].z * silu_f(g.z), o[k].w * silu_f(g.w));
         }
-        *(float4 *)(yv + q) = o;
+        *(float4 *)(yv + q) = o[k];
     }
+}
+
+/* The attention's q and k head norms and their RoPE in one launch (op qk_norm_rope): warp v < n * n_q takes q
+ * vector v (from qx, heads qs apart, into q), the rest the k vectors in place. The norm is norm_warp_kernel's
+ * and the rotation rope_kernel's (cuda_rope.cuh), so the bits are those of the four launches it replaces.
+ * The rotated pairs (j, j + half) sit in part 0 (rot_dim <= 128, half % 4 == 0): lane l < half / 4 holds
+ * quad j = 4l.., lane l + half / 4 its partners. */
+__global__ void __launch_bounds__(NORM_THREADS)
+    qk_norm_rope_kernel(const float *qx, int64_t qs, const float *__restrict__ qw, float *q, float *k,
+                        const float *__restrict__ kw, int n, int n_q, int n_kv, int dim, float eps, int half,
+                        const int32_t *__restrict__ pos, const rope_freqs f) {
+    const int lane = threadIdx.x & 31;
+    const int64_t vec = (int64_t)blockIdx.x * (NORM_THREADS / 32) + (threadIdx.x >> 5), nqv = (int64_t)n * n_q;
+    const bool is_q = vec < nqv;
+    const int64_t kv = vec - nqv;
+    float4 wq[NORM_WQ], v[NORM_WQ], o[NORM_WQ];
+    norm_warp_weights(is_q ? qw : kw, dim, lane, wq);
+    cu_pdl_enter();
+    if (kv >= (int64_t)n * n_kv) return; /* whole warps */
+    norm_warp_vec(is_q ? qx + vec * qs : k + kv * dim, dim, eps, wq, lane, v, o);
+    const int h4 = half / 4;
+    float4 t = o[0]; /* the partner lane's quad */
+    const int src = lane < h4 ? lane + h4 : lane - h4;
+    t.x = __shfl_sync(0xffffffffu, t.x, src), t.y = __shfl_sync(0xffffffffu, t.y, src);
+    t.z = __shfl_sync(0xffffffffu, t.z, src), t.w = __shfl_sync(0xffffffffu, t.w, src);
+    if (lane < 2 * h4) {
+        const float p = (float)pos[is_q ? vec / n_q : kv / n_kv];
+        const int j = 4 * (lane % h4);
+        float4 x1 = lane < h4 ? o[0] : t, x2 = lane < h4 ? t : o[0]; /* both lanes of a pair rotate it */
+        rope_rotate(x1.x, x2.x, p, f, j);
+        rope_rotate(x1.y, x2.y, p, f, j + 1);
+        rope_rotate(x1.z, x2.z, p, f, j + 2);
+        rope_rotate(x1.w, x2.w, p, f, j + 3);
+        o[0] = lane < h4 ? x1 : x2;
+    }
+    float *yv = is_q ? q + vec * dim : k + kv * dim;
+#pragma unroll
+    for (int c = 0; c < NORM_WQ; c++)
+        if (4 * (lane + 32 * c) < dim) *(float4 *)(yv + 4 * (lane + 32 * c)) = o[c];
 }
 
 /* Whether rows of x (stride xs), r (stride dim) and y (stride ys) take rmsnorm_reg_kernel. */
@@ -204,5 +259,27 @@ qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const f
     }
     CU_TRY(cu_launch(gated_rmsnorm_kernel, (unsigned)n_vec, NORM_THREADS, 0, cu_stream(be), x, z, w, dim, eps, y),
            "gated_rmsnorm");
+    return Q_OK;
+}
+
+/* rmsnorm of the q heads (from qx) and of the k heads (in place), then rope on both, in one launch where the
+ * shapes allow (norm_warp_kernel's rows, the rotated dims in part 0), else as those four ops. */
+qstatus cuda_qk_norm_rope(qbackend *be, const float *qx, int64_t qx_stride, const float *q_w, float *q, float *k,
+                          const float *k_w, int n, int n_q, int n_kv, int dim, float eps, int rot_dim,
+                          const int32_t *pos, float theta) {
+    if (n <= 0) return Q_OK;
+    const int64_t n_vec = (int64_t)n * (n_q + n_kv);
+    const bool fused = rot_dim >= 8 && rot_dim % 8 == 0 && rot_dim <= 128 && rot_dim <= dim && dim <= NORM_WARP_DIM &&
+                       n_vec <= 2147483647LL && norm_reg_ok(qx, qx_stride, NULL, q_w, dim, q, dim) &&
+                       norm_reg_ok(k, dim, NULL, k_w, dim, k, dim);
+    if (!fused) {
+        Q_TRY(cuda_rmsnorm(be, qx, qx_stride, q_w, (int64_t)n * n_q, dim, eps, q, dim));
+        Q_TRY(cuda_rmsnorm(be, k, dim, k_w, (int64_t)n * n_kv, dim, eps, k, dim));
+        Q_TRY(cuda_rope(be, q, n, n_q, dim, rot_dim, pos, theta));
+        return cuda_rope(be, k, n, n_kv, dim, rot_dim, pos, theta);
+    }
+    CU_TRY(cu_launch(qk_norm_rope_kernel, (unsigned)((n_vec + 7) / 8), NORM_THREADS, 0, cu_stream(be), qx, qx_stride,
+                     q_w, q, k, k_w, n, n_q, n_kv, dim, eps, rot_dim / 2, pos, rope_freqs_make(theta, rot_dim)),
+           "qk_norm_rope");
     return Q_OK;
 }

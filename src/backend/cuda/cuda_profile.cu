@@ -168,6 +168,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     WRAP(embed, cuda_embed);
     WRAP(rmsnorm, cuda_rmsnorm);
     WRAP(rope, cuda_rope);
+    WRAP(qk_norm_rope, cuda_qk_norm_rope);
     WRAP(attention, cuda_attention);
     WRAP(mul_sigmoid, cuda_mul_sigmoid);
     WRAP(conv1d_silu, cuda_conv1d_silu);

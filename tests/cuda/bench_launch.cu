@@ -1,0 +1,102 @@
+/* bench_launch.cu: what one kernel boundary costs in a chain of dependent launches, the floor a decode step
+ * of ~N small kernels cannot go under. Each row of the table is a chain of CHAIN launches of one kernel,
+ * each waiting for the one before (cu_pdl_enter), timed with CUDA events around the whole chain (median
+ * of 9 chains) and divided by CHAIN:
+ *   empty     blocks that only wait and return
+ *   norm      a row norm of 4096 floats per block (read 16 KB, block sum, write 16 KB): add_rmsnorm's shape
+ * over 1, 132 and 264 blocks of 256 threads, launched plainly (pdl off), with programmatic dependent launch
+ * (pdl on: quill's decode launches) and as a CUDA graph of the pdl-on chain. Built and run by
+ * tests/cuda/bench_launch.sh. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "../../src/backend/cuda/cuda_common.cuh"
+
+#include "bench_check.h"
+
+enum { CHAIN = 400, DIM = 4096, REPS = 9 };
+
+__global__ void empty_kernel(float *buf) {
+    cu_pdl_enter();
+    if (threadIdx.x == 1023) buf[0] = 0.0f; /* never: blockDim is 256 */
+}
+
+__global__ void __launch_bounds__(256) norm_kernel(float *buf) {
+    cu_pdl_enter();
+    float *row = buf + (size_t)blockIdx.x * DIM;
+    __shared__ float red[33];
+    float v[DIM / 256], ss = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DIM / 256; i++) v[i] = row[threadIdx.x + 256 * i], ss += v[i] * v[i];
+    const float s = block_sum(ss, red);
+    const float r = rsqrtf(s / DIM + 1e-6f);
+#pragma unroll
+    for (int i = 0; i < DIM / 256; i++) row[threadIdx.x + 256 * i] = v[i] * r;
+}
+
+/* one chain of CHAIN launches; mode 0 plain, 1 pdl */
+static void chain(void (*k)(float *), int blocks, float *buf, cudaStream_t st, int pdl) {
+    cudaLaunchAttribute at[1];
+    memset(at, 0, sizeof at);
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(256), cfg.stream = st;
+    cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
+    for (int i = 0; i < CHAIN; i++) CK(cudaLaunchKernelEx(&cfg, k, buf));
+}
+
+/* microseconds per launch: median over REPS chains; mode 2 replays a graph of the pdl chain */
+static double per_launch(void (*k)(float *), int blocks, float *buf, cudaStream_t st, int mode) {
+    cudaGraphExec_t exec = NULL;
+    if (mode == 2) {
+        cudaGraph_t g;
+        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        chain(k, blocks, buf, st, 1);
+        CK(cudaStreamEndCapture(st, &g));
+        CK(cudaGraphInstantiate(&exec, g, 0));
+        CK(cudaGraphDestroy(g));
+    }
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int r = 0; r < REPS + 1; r++) {
+        CK(cudaEventRecord(a, st));
+        if (mode == 2) CK(cudaGraphLaunch(exec, st));
+        else chain(k, blocks, buf, st, mode);
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float t;
+        CK(cudaEventElapsedTime(&t, a, b));
+        if (r) ms.push_back(t); /* the first is a warm-up */
+    }
+    std::sort(ms.begin(), ms.end());
+    if (exec) CK(cudaGraphExecDestroy(exec));
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return 1000.0 * ms[REPS / 2] / CHAIN;
+}
+
+int main(void) {
+    float *buf;
+    CK(cudaMalloc(&buf, (size_t)264 * DIM * sizeof(float)));
+    CK(cudaMemset(buf, 0, (size_t)264 * DIM * sizeof(float)));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    printf("| kernel | blocks | pdl off us | pdl on us | graph (pdl) us |\n|---|---|---|---|---|\n");
+    const int blocks[3] = {1, 132, 264};
+    for (int kind = 0; kind < 2; kind++)
+        for (int b = 0; b < 3; b++) {
+            void (*k)(float *) = kind ? norm_kernel : empty_kernel;
+            printf("| %s | %d | %.2f | %.2f | %.2f |\n", kind ? "norm 4096" : "empty", blocks[b],
+                   per_launch(k, blocks[b], buf, st, 0), per_launch(k, blocks[b], buf, st, 1),
+                   per_launch(k, blocks[b], buf, st, 2));
+        }
+    CK(cudaFree(buf));
+    return 0;
+}
