@@ -361,6 +361,9 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
     }
 }
 
+#ifndef GT_TICKET_ACQREL
+#define GT_TICKET_ACQREL 1
+#endif
 /* Writes the slice's sums and, with S > 1, the last block of (output block, row chunk) to arrive
  * sums the S partials in the order s = 0..S-1 and resets the ticket. */
 template <int Q, int NT>
@@ -382,15 +385,22 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
         }
     }
     if (S == 1) return;
-    /* One fence, in the thread that takes the ticket: the barrier orders every thread's partial before it,
-     * and the fence is cumulative (PTX memory model), so the block's partials are visible before the ticket;
-     * the last block's fence after the ticket orders its reads after everyone's partials. A fence in every
-     * thread was 9 % of a small matmul's samples (ncu: MEMBAR.SC.GPU waits). */
+    /* One ordering point, in the thread that takes the ticket: the barrier orders every thread's partial
+     * before it and release is cumulative (PTX memory model), so the block's partials are visible before its
+     * ticket; acquire orders the last block's reads (after the second barrier) after everyone's partials.
+     * GT_TICKET_ACQREL 0: a sequentially consistent fence on each side instead (MEMBAR.SC.GPU; a fence in
+     * every thread was 9 % of a small matmul's samples, ncu). */
     __syncthreads();
     if (threadIdx.x == 0) {
+#if GT_TICKET_ACQREL
+        unsigned prev;
+        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(tick + bx) : "memory");
+        *last = prev == (unsigned)(S - 1);
+#else
         __threadfence();
         *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);
         __threadfence();
+#endif
     }
     __syncthreads();
     if (!*last) return;
