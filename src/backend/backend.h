@@ -60,6 +60,25 @@ typedef struct qgdn_dims {
 
 typedef struct qbackend qbackend;
 
+/* The gate of a matmul's input (glu_matmul): x is vectors of dim, and x[v][d] enters the product as
+ * act(g[v * g_stride + d]) * x[v][d]. QGLU_SILU is the MLP's swiglu (x = up, g = gate, g_stride = dim);
+ * QGLU_SIGMOID the attention's output gate (x = the heads' outputs, g = their gates in [query | gate]). */
+typedef enum { QGLU_SILU = 1, QGLU_SIGMOID = 2 } qglu_act;
+typedef struct qglu {
+    const float *g;
+    int64_t g_stride;
+    int dim;
+    qglu_act act;
+} qglu;
+
+/* The GDN gates' operands (gdn_gates), for conv1d_silu_gates: a, b, g, beta [n][heads]. */
+typedef struct qgdn_gates {
+    const float *a, *b, *A_log, *dt_bias;
+    float *g, *beta;
+    int64_t n;
+    int heads;
+} qgdn_gates;
+
 typedef struct qbackend_ops {
     const char *name;
     void (*destroy)(qbackend *be);
@@ -102,6 +121,10 @@ typedef struct qbackend_ops {
     qstatus (*matmul_prefill_multi)(qbackend *be, const float *x, int n, int count, const qweight *const *W,
                                     float *const *y);
 
+    /* Optional (NULL: swiglu or mul_sigmoid, then matmul): y = (x gated by glu) . W^T for decode rows, bitwise
+     * what those two give; x may be overwritten (with the gated values). */
+    qstatus (*glu_matmul)(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y);
+
     /* Optional (NULL: swiglu, then matmul_prefill): y = swiglu(gate, up) . W^T for prompt rows (gate and up
      * n x W->n_in), bitwise what those two give; gate may be overwritten. */
     qstatus (*swiglu_matmul_prefill)(qbackend *be, float *gate, const float *up, int n, const qweight *W, float *y);
@@ -142,6 +165,10 @@ typedef struct qbackend_ops {
     /* GDN gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias). a, b, g, beta: [n][heads]. */
     qstatus (*gdn_gates)(qbackend *be, const float *a, const float *b, int64_t n, int heads,
                          const float *A_log, const float *dt_bias, float *g, float *beta);
+
+    /* Optional (NULL: conv1d_silu, then gdn_gates): the two in one pass, bitwise what they give. */
+    qstatus (*conv1d_silu_gates)(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                                 const float *w, int channels, int kernel, float *y, const qgdn_gates *gates);
 
     /* The gated delta rule per seq, fp32 state S[s]: [Hv][dk][dv] (S[h][i][j]).
      * qkv: [n][2*Hk*dk + Hv*dv] after conv+SiLU (q heads, then k heads, then v heads). The op

@@ -348,6 +348,20 @@ static qstatus mm_multi(qwen35_model *m, const float *x, int count, const qweigh
  * EXACT(batch): the kernel is chosen by the kind of row, never by how many rows there are. */
 static qstatus mm(qwen35_model *m, const float *x, const qweight *W, float *y) { return mm_multi(m, x, 1, &W, &y); }
 
+/* y = (x gated by glu) . W^T over range r of the batch (x, glu's gates and y at its first row): a decode range
+ * in one pass where the backend has glu_matmul, else the gate (swiglu or mul_sigmoid, in place on x), then
+ * mm_range; bitwise the same. */
+static qstatus glu_mm_range(qwen35_model *m, int r, float *x, const qglu *glu, const qweight *W, float *y) {
+    const qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    const int len = s->range_start[r + 1] - s->range_start[r];
+    if (!s->range_prefill[r] && be->ops->glu_matmul) return be->ops->glu_matmul(be, x, glu, len, W, y);
+    const int64_t n_vec = (int64_t)len * (W->n_in / glu->dim);
+    if (glu->act == QGLU_SILU) Q_TRY(be->ops->swiglu(be, glu->g, x, n_vec * glu->dim, x)); /* g_stride == dim */
+    else Q_TRY(be->ops->mul_sigmoid(be, x, glu->g, glu->g_stride, n_vec, glu->dim));
+    return mm_range(m, r, x, 1, &W, &y);
+}
+
 /* §2.3 gated full attention over all rows; output in s->out. */
 static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state *const *states) {
     const qwen35_config *c = &m->cfg;
@@ -373,8 +387,12 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     }
     Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv, D,
                              1.0f / sqrtf((float)D), s->o));
-    Q_TRY(be->ops->mul_sigmoid(be, s->o, s->qg + D, 2 * D, (int64_t)n * nq, D)); /* output gate */
-    return mm(m, s->o, &w->o_proj, s->out);
+    for (int r = 0; r < s->n_ranges; r++) { /* the output gate, then o_proj */
+        const int64_t r0 = s->range_start[r];
+        const qglu gate = {s->qg + r0 * nq * 2 * D + D, 2 * D, D, QGLU_SIGMOID};
+        Q_TRY(glu_mm_range(m, r, s->o + r0 * nq * D, &gate, &w->o_proj, s->out + r0 * w->o_proj.n_out));
+    }
+    return Q_OK;
 }
 
 /* §2.4 Gated DeltaNet over all rows; output in s->out. */
@@ -391,9 +409,15 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
         s->p0[i] = states[s->seq_stream[i]]->conv[l];
         s->p1[i] = states[s->seq_stream[i]]->S[l];
     }
-    Q_TRY(be->ops->conv1d_silu(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, conv_dim(c),
-                               c->conv_kernel, s->qkv_c));
-    Q_TRY(be->ops->gdn_gates(be, s->a, s->b, n, dims.n_v_heads, w->A_log, w->dt_bias, s->g, s->beta));
+    const qgdn_gates gates = {s->a, s->b, w->A_log, w->dt_bias, s->g, s->beta, n, dims.n_v_heads};
+    if (be->ops->conv1d_silu_gates) {
+        Q_TRY(be->ops->conv1d_silu_gates(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, conv_dim(c), c->conv_kernel,
+                                         s->qkv_c, &gates));
+    } else {
+        Q_TRY(be->ops->conv1d_silu(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, conv_dim(c), c->conv_kernel,
+                                   s->qkv_c));
+        Q_TRY(be->ops->gdn_gates(be, s->a, s->b, n, dims.n_v_heads, w->A_log, w->dt_bias, s->g, s->beta));
+    }
     Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
     Q_TRY(be->ops->gated_rmsnorm(be, s->go, s->z, w->norm_w, (int64_t)n * dims.n_v_heads,
                                  dims.v_dim, c->rms_eps, s->gn));
@@ -414,14 +438,13 @@ static qstatus mlp_block(qwen35_model *m, int l) {
     const qweight *Wd = &L->down_proj;
     for (int r = 0; r < s->n_ranges; r++) {
         const int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
-        float *g = s->gate + r0 * I, *o = s->out + r0 * D;
-        const float *u = s->up + r0 * I;
+        float *g = s->gate + r0 * I, *u = s->up + r0 * I, *o = s->out + r0 * D;
         if (s->range_prefill[r] && be->ops->swiglu_matmul_prefill) {
             Q_TRY(be->ops->swiglu_matmul_prefill(be, g, u, len, Wd, o));
             continue;
         }
-        Q_TRY(be->ops->swiglu(be, g, u, (int64_t)len * I, g));
-        Q_TRY(mm_range(m, r, g, 1, &Wd, &o));
+        const qglu act = {g, I, (int)I, QGLU_SILU};
+        Q_TRY(glu_mm_range(m, r, u, &act, Wd, o));
     }
     return Q_OK;
 }

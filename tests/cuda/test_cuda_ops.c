@@ -243,6 +243,49 @@ static void test_norms_and_elementwise(void) {
     rm(x); rm(w); rm(y); rm(z);
 }
 
+/* glu_matmul (the decode matmul with its input gated while it is staged) against the gate op then matmul on
+ * the GPU, bitwise: the MLP's swiglu (4-bit and bf16 weights) and the attention's output gate (gates strided
+ * in [query | gate], 4-bit), at 1, 5 (x split once) and 37 rows (the wide kernel); and an f32 weight, whose
+ * matmul cannot take the gate (the op gates x in place first). x is restored before each call (the fallback
+ * overwrites it). */
+static void test_glu_matmul(void) {
+    struct { qwfmt f; int n_out, n_in, dim, stride; qglu_act act; const char *name; } cases[] = {
+        {QW_AFFINE, 300, 1024, 1024, 1024, QGLU_SILU, "swiglu 4b"},
+        {QW_BF16, 200, 1024, 1024, 1024, QGLU_SILU, "swiglu bf16"},
+        {QW_AFFINE, 520, 1024, 256, 512, QGLU_SIGMOID, "sigmoid gate 4b"},
+        {QW_F32, 96, 256, 64, 128, QGLU_SIGMOID, "sigmoid gate f32 (fallback)"}};
+    const int ns[3] = {1, 5, 37};
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int rows = 37, n_in = cases[k].n_in, n_out = cases[k].n_out;
+        const int64_t n_vec = (int64_t)rows * (n_in / cases[k].dim);
+        wpair W = mk_weight(cases[k].f, n_out, n_in, cases[k].f == QW_AFFINE ? 4 : 0, 64);
+        buf x = mk_rand((size_t)rows * n_in, 2.0f), x1 = mk(x.bytes, NULL);
+        buf g = mk_rand((size_t)n_vec * cases[k].stride, 3.0f);
+        buf y = mk((size_t)rows * n_out * 4, NULL), y1 = mk(y.bytes, NULL);
+        const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act};
+        int same = 1;
+        for (int q = 0; q < 3; q++) {
+            OK(gpu->ops->copy(gpu, x1.g, x.g, x.bytes));
+            OK(gpu->ops->glu_matmul(gpu, x1.g, &glu, ns[q], &W.g, y.g));
+            OK(gpu->ops->copy(gpu, x1.g, x.g, x.bytes));
+            const int64_t nv = (int64_t)ns[q] * (n_in / cases[k].dim);
+            if (cases[k].act == QGLU_SILU) OK(gpu->ops->swiglu(gpu, g.g, x1.g, nv * cases[k].dim, x1.g));
+            else OK(gpu->ops->mul_sigmoid(gpu, x1.g, g.g, cases[k].stride, nv, cases[k].dim));
+            OK(gpu->ops->matmul(gpu, x1.g, ns[q], &W.g, y1.g));
+            const size_t bytes = (size_t)ns[q] * n_out * 4;
+            float *a = malloc(bytes), *b = malloc(bytes);
+            OK(gpu->ops->download(gpu, a, y.g, bytes));
+            OK(gpu->ops->download(gpu, b, y1.g, bytes));
+            same &= memcmp(a, b, bytes) == 0;
+            free(a); free(b);
+        }
+        char nm[96];
+        snprintf(nm, sizeof nm, "glu_matmul %s == gate + matmul (gpu, 1/5/37 rows)", cases[k].name);
+        expect_flag(nm, same);
+        rm(x); rm(x1); rm(g); rm(y); rm(y1); rm_weight(W);
+    }
+}
+
 /* qk_norm_rope (the attention's head norms and RoPE in one launch) is bitwise the four ops on the GPU and
  * close to them on the CPU: 9B head shapes (q from a strided [query | gate] buffer), positions up to 70,000. */
 static void test_qk_norm_rope(void) {
@@ -346,6 +389,6 @@ static void test_swiglu_matmul_prefill(void) {
 int main(void) {
     static void (*const tests[])(void) = {test_matmul, test_matmul_decode, test_matmul_multi, test_matmul_prefill_gemm,
                                           test_swiglu_matmul_prefill, test_norms_and_elementwise,
-                                          test_qk_norm_rope, test_add_rmsnorm_argmax};
+                                          test_glu_matmul, test_qk_norm_rope, test_add_rmsnorm_argmax};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -156,6 +156,28 @@ static void test_gdn(void) {
     OK(gpu->ops->gdn_gates(gpu, a.g, b.g, n, d.n_v_heads, Al.g, dt.g, g.g, be.g));
     expect_close("gdn_gates g", g, 1e-5);
     expect_close("gdn_gates beta", be, 1e-6);
+    { /* conv1d_silu_gates: bitwise the two ops (output, conv state, g, beta) */
+        buf y2 = mk(y.bytes, NULL), y3 = mk(y.bytes, NULL), g2 = mk(g.bytes, NULL), be2 = mk(be.bytes, NULL);
+        buf stA2 = mk_rand((size_t)(K - 1) * C, 1.0f), stB2 = mk_rand((size_t)(K - 1) * C, 1.0f);
+        buf stA3 = mk(stA2.bytes, NULL), stB3 = mk(stB2.bytes, NULL);
+        OK(gpu->ops->copy(gpu, stA3.g, stA2.g, stA2.bytes));
+        OK(gpu->ops->copy(gpu, stB3.g, stB2.g, stB2.bytes));
+        float *s2[2] = {stA2.g, stB2.g}, *s3[2] = {stA3.g, stB3.g};
+        const qgdn_gates q = {a.g, b.g, Al.g, dt.g, g2.g, be2.g, n, d.n_v_heads};
+        OK(gpu->ops->conv1d_silu_gates(gpu, x.g, seqs, 2, s2, w.g, C, K, y2.g, &q));
+        OK(gpu->ops->conv1d_silu(gpu, x.g, seqs, 2, s3, w.g, C, K, y3.g));
+        const buf pairs[5][2] = {{y3, y2}, {g, g2}, {be, be2}, {stA3, stA2}, {stB3, stB2}};
+        int same = 1;
+        for (int i = 0; i < 5; i++) {
+            float *u = malloc(pairs[i][0].bytes), *v = malloc(pairs[i][0].bytes);
+            OK(gpu->ops->download(gpu, u, pairs[i][0].g, pairs[i][0].bytes));
+            OK(gpu->ops->download(gpu, v, pairs[i][1].g, pairs[i][0].bytes));
+            same &= memcmp(u, v, pairs[i][0].bytes) == 0;
+            free(u); free(v);
+        }
+        expect_flag("conv1d_silu_gates == conv1d_silu + gdn_gates (gpu)", same);
+        rm(y2); rm(y3); rm(g2); rm(be2); rm(stA2); rm(stB2); rm(stA3); rm(stB3);
+    }
     size_t Sn = (size_t)d.n_v_heads * d.k_dim * d.v_dim;
     buf SA = mk_rand(Sn, 0.1f), SB = mk_rand(Sn, 0.1f), o = mk((size_t)n * d.n_v_heads * d.v_dim * 4, NULL);
     float *Sc[2] = {SA.c, SB.c}, *Sg[2] = {SA.g, SB.g};

@@ -144,12 +144,17 @@ static qbackend_ops make_ops(void) {
     o.matmul_prefill = cuda_matmul_prefill;
     o.matmul_prefill_multi = cuda_matmul_prefill_multi;
     o.swiglu_matmul_prefill = cuda_swiglu_matmul_prefill;
+#ifndef QUILL_CUDA_GLU
+#define QUILL_CUDA_GLU 1 /* 0: no glu_matmul (the gate as its own launch; an A/B of the fused staging) */
+#endif
+    o.glu_matmul = QUILL_CUDA_GLU ? cuda_glu_matmul : NULL;
     o.rope = cuda_rope;
     o.qk_norm_rope = cuda_qk_norm_rope;
     o.attention = cuda_attention;
     o.mul_sigmoid = cuda_mul_sigmoid;
     o.conv1d_silu = cuda_conv1d_silu;
     o.gdn_gates = cuda_gdn_gates;
+    o.conv1d_silu_gates = cuda_conv1d_silu_gates;
     o.gated_delta = cuda_gated_delta;
     o.gated_rmsnorm = cuda_gated_rmsnorm;
     o.swiglu = cuda_swiglu;

@@ -245,11 +245,15 @@ qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t ga
                          int dim);
 qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
                          const float *w, int channels, int kernel, float *y);
+qstatus cuda_conv1d_silu_gates(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                               const float *w, int channels, int kernel, float *y, const qgdn_gates *gates);
 qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, int heads,
                        const float *A_log, const float *dt_bias, float *g, float *beta);
 qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta,
                          const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
+qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec);
+qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y);
 qstatus cuda_add(qbackend *be, float *x, const float *y, int64_t n);
 int cuda_graphs_enabled(void); /* QUILL_CUDA_GRAPHS=1: the ops table gets the two below */
 qstatus cuda_graph_begin(qbackend *be);

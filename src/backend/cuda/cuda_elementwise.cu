@@ -47,6 +47,26 @@ qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t ga
     return Q_OK;
 }
 
+/* x[v][d] = act(g[v * gs + d]) * x[v][d] (glu_matmul's gate where the matmul cannot take it): for act 1 the
+ * bits of swiglu_kernel (silu(g) * x), for act 2 those of mul_sigmoid_kernel (the product commutes). */
+__global__ void glu_kernel(float *x, const float *__restrict__ g, int64_t gs, int64_t n_vec, int dim, int act) {
+    cu_pdl_enter();
+    const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
+    if (i >= n_vec * dim) return;
+    const float a = g[(i / dim) * gs + i % dim];
+    x[i] = (act == QGLU_SILU ? silu_f(a) : sigmoid_f(a)) * x[i];
+}
+
+qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec) {
+    if (glu->dim <= 0 || (glu->act != QGLU_SILU && glu->act != QGLU_SIGMOID))
+        return q_fail(Q_EINVAL, "cuda glu: dim %d, act %d", glu->dim, (int)glu->act);
+    if (n_vec <= 0) return Q_OK;
+    CU_TRY(cu_launch(glu_kernel, cu_blocks(n_vec * glu->dim, EW_THREADS), EW_THREADS, 0, cu_stream(be), x, glu->g,
+                     glu->g_stride, n_vec, glu->dim, (int)glu->act),
+           "glu");
+    return Q_OK;
+}
+
 /* Greedy choice per row (backend.h argmax): one block per row; each thread keeps the first largest
  * non-NaN element of its stride, then a fixed tree picks the larger value, the lower index on ties.
  * That is the sequential scan's answer whenever x[r][0] is not NaN; a NaN there gives 0, as the scan. */

@@ -1,5 +1,6 @@
 /* cuda_gdn.cu: the Gated DeltaNet ops: causal depthwise conv1d + SiLU with its kept state, the gates
- * (beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias)), and the gated delta rule.
+ * (beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias); also as extra blocks of the conv's launch,
+ * conv1d_silu_gates), and the gated delta rule.
  * Gated delta rule: seqs marked chunked (prompt rows) go to the chunked rule in cuda_gdn_chunked.cu
  * (when dk, dv are multiples of 32, dk <= 128); the others (decode, drafts) run the recurrent rule
  * token by token here. A seq's arithmetic depends only on its own rows: EXACT(batch), EXACT(chunk).
@@ -36,6 +37,30 @@ static qstatus seq_table(qbackend *be, const qseq *seqs, int n_seqs, float *cons
     return st;
 }
 
+/* One gate element i of gdn_gates (row i / heads, head i % heads). */
+__device__ __forceinline__ void gdn_gate_at(const qgdn_gates &q, int64_t i) {
+    const int h = (int)(i % q.heads);
+    const float u = q.a[i] + q.dt_bias[h];
+    const float sp = u > 20.0f ? u : log1pf(expf(u)); /* torch softplus, threshold 20 */
+    q.g[i] = -expf(q.A_log[h]) * sp;
+    q.beta[i] = sigmoid_f(q.b[i]);
+}
+
+__global__ void gdn_gates_kernel(const qgdn_gates q) {
+    cu_pdl_enter();
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < q.n * q.heads) gdn_gate_at(q, i);
+}
+
+qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, int heads, const float *A_log,
+                       const float *dt_bias, float *g, float *beta) {
+    const int64_t total = n * heads;
+    if (total <= 0) return Q_OK;
+    const qgdn_gates q = {a, b, A_log, dt_bias, g, beta, n, heads};
+    CU_TRY(cu_launch(gdn_gates_kernel, cu_blocks(total, 256), 256, 0, cu_stream(be), q), "gdn_gates");
+    return Q_OK;
+}
+
 /* Rows are independent given their K-1 predecessors (no recurrence), so a seq is cut into tiles of
  * CONV_ROWS rows, one block row each: a long prompt fills the GPU. Each output is the same fma chain
  * over the same window as a row-by-row scan would give. The first tile reads the old state and, after
@@ -47,9 +72,16 @@ static qstatus seq_table(qbackend *be, const qseq *seqs, int n_seqs, float *cons
  * run-time width its shift indexes a local array), 0 for any width up to CONV_MAX_K. */
 template <int KT>
 __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_constant__ cu_tab seqs,
-                                   const float *__restrict__ w, int C, int K_rt, float *__restrict__ y) {
+                                   const float *__restrict__ w, int C, int K_rt, float *__restrict__ y,
+                                   const qgdn_gates gates, unsigned conv_bx) {
     const int K = KT ? KT : K_rt;
     cu_pdl_enter();
+    if (blockIdx.x >= conv_bx) { /* the gates' blocks (cuda_conv1d_silu_gates) */
+        const int64_t gb = gridDim.x - conv_bx, blk = ((int64_t)blockIdx.z * gridDim.y + blockIdx.y) * gb;
+        const int64_t i = (blk + blockIdx.x - conv_bx) * blockDim.x + threadIdx.x;
+        if (i < gates.n * gates.heads) gdn_gate_at(gates, i);
+        return;
+    }
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const seq_desc sd = cu_tab_at<seq_desc>(seqs, blockIdx.z);
     const int row0 = sd.row0, n_rows = sd.n_rows;
@@ -88,43 +120,43 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_con
         if (j < K - 1) state[(int64_t)j * C + c] = nw[j];
 }
 
-qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
-                         const float *w, int channels, int kernel, float *y) {
+/* The conv over every seq, with the gates' blocks when gates is not NULL. */
+static qstatus conv_launch(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                           const float *w, int channels, int kernel, float *y, const qgdn_gates *gates) {
     if (kernel < 1 || kernel > CONV_MAX_K) return q_fail(Q_EINVAL, "cuda conv1d: kernel %d > %d", kernel, CONV_MAX_K);
-    if (n_seqs <= 0) return Q_OK;
+    const int64_t n_gates = gates ? gates->n * gates->heads : 0;
+    if (n_seqs <= 0) return n_gates > 0 ? cuda_gdn_gates(be, gates->a, gates->b, gates->n, gates->heads, gates->A_log,
+                                                         gates->dt_bias, gates->g, gates->beta)
+                                        : Q_OK;
     int max_rows = 1;
     for (int s = 0; s < n_seqs; s++)
         if (seqs[s].n_rows > max_rows) max_rows = seqs[s].n_rows;
     cu_tab d;
     Q_TRY(seq_table(be, seqs, n_seqs, state, &d));
     dim3 grid(cu_blocks(channels, 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
+    const unsigned conv_bx = grid.x;
+    qgdn_gates q = {};
+    if (n_gates > 0) {
+        q = *gates;
+        grid.x += (unsigned)((n_gates + 128LL * grid.y * grid.z - 1) / (128LL * grid.y * grid.z));
+    }
     CU_TRY(cu_launch(kernel == 4 ? conv1d_silu_kernel<4> : conv1d_silu_kernel<0>, grid, 128, 0, cu_stream(be), x, d, w,
-                     channels, kernel, y),
-           "conv1d_silu");
+                     channels, kernel, y, q, conv_bx),
+           n_gates > 0 ? "conv1d_silu_gates" : "conv1d_silu");
     return Q_OK;
 }
 
-__global__ void gdn_gates_kernel(const float *a, const float *b, int64_t total, int heads,
-                                 const float *__restrict__ A_log, const float *__restrict__ dt_bias, float *g,
-                                 float *beta) {
-    cu_pdl_enter();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= total) return;
-    const int h = (int)(i % heads);
-    const float u = a[i] + dt_bias[h];
-    const float sp = u > 20.0f ? u : log1pf(expf(u)); /* torch softplus, threshold 20 */
-    g[i] = -expf(A_log[h]) * sp;
-    beta[i] = sigmoid_f(b[i]);
+qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                         const float *w, int channels, int kernel, float *y) {
+    return conv_launch(be, x, seqs, n_seqs, state, w, channels, kernel, y, NULL);
 }
 
-qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, int heads, const float *A_log,
-                       const float *dt_bias, float *g, float *beta) {
-    const int64_t total = n * heads;
-    if (total <= 0) return Q_OK;
-    CU_TRY(cu_launch(gdn_gates_kernel, cu_blocks(total, 256), 256, 0, cu_stream(be), a, b, total, heads, A_log,
-                     dt_bias, g, beta),
-           "gdn_gates");
-    return Q_OK;
+/* conv1d_silu and gdn_gates in one launch: the conv's grid gains gate_bx blocks along x, and gate block
+ * (bx, y, z) takes 128 gate elements by the flat index ((z * grid.y + y) * gate_bx + bx) * 128 + thread
+ * (every element once, whatever the conv's row tiles and seqs). */
+qstatus cuda_conv1d_silu_gates(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
+                               const float *w, int channels, int kernel, float *y, const qgdn_gates *gates) {
+    return conv_launch(be, x, seqs, n_seqs, state, w, channels, kernel, y, gates);
 }
 
 /* Recurrent rule: a block owns 32 columns j of one head's state (lane = column, so every state access

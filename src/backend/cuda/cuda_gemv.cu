@@ -8,7 +8,8 @@
  * - everything else (f32, f16, other bit widths): matmul_kernel (SIMT, a block per output).
  * The tensor-core kernel's split-K partials, ticket counters and split rows (more than 4 rows) live in a
  * per-backend scratch that grows on demand (cu_gemv_scratch). Weights sharing x can go out in one launch
- * (cuda_matmul_multi). */
+ * (cuda_matmul_multi); a gated x (swiglu's, the attention's output gate) is gated where the kernel stages it
+ * (cuda_glu_matmul). */
 #include <stdlib.h>
 
 #include "cuda_gemv.cuh"
@@ -145,6 +146,43 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     return Q_OK;
 }
 
+/* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch. */
+static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
+                         int kind, const gt_glu *glu) {
+    const int nt = gemv_tc_job_tiles(kind, n, count, W); /* the launch's, so each weight's tickets are its own */
+    size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
+    for (int i = 0; i < count; i++) {
+        Q_TRY(tc_check(x, n, W[i]));
+        off_p[i] = need_p, off_t[i] = need_t;
+        need_p += gemv_tc_part_floats(W[i], n);
+        need_t += gemv_tc_ticks(W[i], n, nt);
+    }
+    float *part = NULL, *parts[GT_JOB];
+    unsigned *tick = NULL, *ticks[GT_JOB];
+    void *pre = NULL;
+    Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n), &part, &tick, &pre));
+    for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
+    CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), glu),
+           "matmul (tensor-core gemv)");
+    return Q_OK;
+}
+
+/* The gate goes into the tensor-core kernels' staging where the layout allows (gemv_tc_glu_ok); else
+ * cuda_glu gates x in place and the plain matmul follows. Either way the same bits. */
+qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y) {
+    if (n <= 0) return Q_OK;
+    if (glu->dim <= 0 || W->n_in % glu->dim)
+        return q_fail(Q_EINVAL, "cuda glu_matmul: gate vectors of %d for n_in %lld", glu->dim, (long long)W->n_in);
+    Q_TRY(check_weight(W));
+    const gt_glu g = {glu->g, glu->g_stride, glu->dim, (int)glu->act};
+    const int kind = gemv_tc_kind(W);
+    if (kind < 0 || !gemv_tc_glu_ok(g, W->n_in)) {
+        Q_TRY(cuda_glu(be, x, glu, (int64_t)n * (W->n_in / glu->dim)));
+        return cuda_matmul(be, x, n, W, y);
+    }
+    return tc_launch(be, x, n, 1, &W, &y, kind, &g);
+}
+
 /* Weights of one tensor-core kind go out in one launch (each keeping its own split, partials and
  * tickets, so its outputs are bitwise those of its own launch); any other mix, one matmul each. */
 qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y) {
@@ -161,19 +199,5 @@ qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const 
         for (int i = 0; i < count; i++) Q_TRY(cuda_matmul(be, x, n, W[i], y[i]));
         return Q_OK;
     }
-    const int nt = gemv_tc_job_tiles(kind, n, count, W); /* the launch's, so each weight's tickets are its own */
-    size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
-    for (int i = 0; i < count; i++) {
-        Q_TRY(tc_check(x, n, W[i]));
-        off_p[i] = need_p, off_t[i] = need_t;
-        need_p += gemv_tc_part_floats(W[i], n);
-        need_t += gemv_tc_ticks(W[i], n, nt);
-    }
-    float *part = NULL, *parts[GT_JOB];
-    unsigned *tick = NULL, *ticks[GT_JOB];
-    void *pre = NULL;
-    Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n), &part, &tick, &pre));
-    for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
-    CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be)), "matmul (tensor-core gemv)");
-    return Q_OK;
+    return tc_launch(be, x, n, count, W, y, kind, NULL);
 }

@@ -15,8 +15,8 @@
  * - 4-bit: the weights of one "unit" (64 codes = 4 MMA k-steps) share a scale s and bias b. Codes
  *   become bf16 exactly (0x4300 | q = 128 + q, two per instruction); P = sum_k (128 + q_k) x_k comes from
  *   the MMAs (fresh accumulator per unit) and the unit is folded as acc = s*(P_hi + P_lo) + (b'*X + acc),
- *   b' = b - 128 s, X = the unit's sum of (hi + lo) in a fixed order, computed while staging (GT_OFFSET). bf16: the MMAs
- *   accumulate the hi and lo columns over the whole slice; the row's value is hi + lo at the end.
+ *   b' = b - 128 s, X = the unit's sum of (hi + lo) in a fixed order, computed while staging (GT_OFFSET).
+ *   bf16: the MMAs accumulate the hi and lo columns over the whole slice; the row's value is hi + lo at the end.
  * - Split-K: the K units are cut into S slices, S a function of (n_out, K) only (gemv_tc_split). With
  *   S > 1 each slice writes a partial and the last block of an (output block, row chunk) to arrive
  *   (a ticket counter) sums the S partials in the order s = 0..S-1; the counter is reset for the next
@@ -162,10 +162,21 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 #ifndef GT_FULL_TURNS
 #define GT_FULL_TURNS(Q) ((Q) == 0)
 #endif
+/* A gated input (op glu_matmul): x is vectors of dim and x[v][d] enters as act(g[v * stride + d]) * x[v][d],
+ * the product rounded on its own, as cuda_swiglu (act 1, silu) and cuda_mul_sigmoid (act 2) round it, so the
+ * staged values are bitwise those of the two launches it replaces. act 0: x as it is. The plan checks the
+ * layout: dim % 16 == 0, g and stride 16-byte aligned (a lane's 16 or 8 values lie in one vector). */
+struct gt_glu {
+    const float *g;
+    int64_t stride;
+    int dim, act;
+};
+__device__ __forceinline__ float gt_glu_act(float g, int act) { return act == 1 ? silu_f(g) : sigmoid_f(g); }
+
 #define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
-template <int Q>
-__device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int64_t K, int row0, int nt, int64_t u0,
-                                         int us, uint4 *sx, float *sX, int i0, int stride) {
+template <int Q, bool GLU>
+__device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_glu &glu, int n, int64_t K, int row0,
+                                         int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
     typedef gt_cfg<Q> C;
     const int items = nt * us * GT_STAGE_ITEMS; /* < 2^31: checked where the split rows are launched */
     const int lane = i0 & 31;
@@ -175,11 +186,25 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int
         const bool live = i < items && r < n; /* uniform over the 4 lanes of (T, r, u) */
         float v[C::EPT], h[C::EPT]; /* x and its hi part; lo = bf16(v - h) where it is used */
         if (live) {
-            const float4 *p = (const float4 *)(x + (int64_t)r * K + (u0 + u) * C::UK + t * C::EPT);
+            const int64_t k = (u0 + u) * C::UK + t * C::EPT;
+            const float4 *p = (const float4 *)(x + (int64_t)r * K + k);
 #pragma unroll
             for (int q = 0; q < C::EPT / 4; q++) {
                 const float4 f = __ldg(p + q);
                 v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+            }
+            if constexpr (GLU) {
+                const int kk = (int)k, dim = glu.dim; /* < 2^31: K is (gt_locate) */
+                const int64_t vec = (int64_t)r * (K / dim) + kk / dim;
+                const float4 *gp = (const float4 *)(glu.g + vec * glu.stride + kk % dim);
+#pragma unroll
+                for (int q = 0; q < C::EPT / 4; q++) {
+                    const float4 f = __ldg(gp + q);
+                    v[4 * q] = __fmul_rn(gt_glu_act(f.x, glu.act), v[4 * q]);
+                    v[4 * q + 1] = __fmul_rn(gt_glu_act(f.y, glu.act), v[4 * q + 1]);
+                    v[4 * q + 2] = __fmul_rn(gt_glu_act(f.z, glu.act), v[4 * q + 2]);
+                    v[4 * q + 3] = __fmul_rn(gt_glu_act(f.w, glu.act), v[4 * q + 3]);
+                }
             }
 #pragma unroll
             for (int e = 0; e < C::EPT; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
@@ -221,13 +246,13 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, int n, int
 
 /* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout
  * with us = U) and each block copies its slice; the values are gt_stage's, so results do not change. */
-template <int Q>
-__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, int n, int64_t K,
-                                                         uint4 *__restrict__ xs, float *__restrict__ Xs) {
+template <int Q, bool GLU>
+__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const gt_glu glu, int n,
+                                                         int64_t K, uint4 *__restrict__ xs, float *__restrict__ Xs) {
     cu_pdl_enter();
     const int nt = (n + 3) / 4;
-    gt_stage<Q>(x, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs, (int)(blockIdx.x * blockDim.x + threadIdx.x),
-                (int)(gridDim.x * blockDim.x));
+    gt_stage<Q, GLU>(x, glu, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
+                     (int)(blockIdx.x * blockDim.x + threadIdx.x), (int)(gridDim.x * blockDim.x));
 }
 
 /* A block's slice of the split rows: tiles row0/4 .. + nt, units [u0, u0 + us) of U. */
@@ -432,6 +457,7 @@ struct gt_job {
     int S[GT_JOB], start[GT_JOB + 1];
     int count;
     const uint4 *xs; /* x split by gemv_split_kernel (many rows), or NULL: each block stages its slice */
+    gt_glu glu;      /* x's gate (act 0: none), applied where x is staged or split */
     const float *Xs;
 };
 
@@ -514,7 +540,7 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
 
 /* PRE: x comes split (job.xs), else each block stages its slice. MINB: blocks per SM the registers are
  * budgeted for (GT_LEAN_BLOCKS: the lean variant, a shorter ring). */
-template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS>
+template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, bool GLU = false>
 __global__ void __launch_bounds__(GT_THREADS, MINB)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
@@ -532,7 +558,7 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
     if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
-    else gt_stage<Q>(x, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS);
+    else gt_stage<Q, GLU>(x, job.glu, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS);
     __syncthreads();
 
     float acc[NT][4];

@@ -109,6 +109,8 @@ template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
 }
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
     e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, true>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, true>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, false>, e);
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
     return gt_attr(gemv_tc_kernel<Q, 2, true>, e);
@@ -135,25 +137,38 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
         if (nt == 8) return cu_launch(gemv_wide_kernel<Q, 8>, blocks, GT_THREADS, gw_cfg<Q, 8>::SMEM, st, n, job);
         return cu_launch(gemv_wide_kernel<Q, 16>, blocks, GT_THREADS, gw_cfg<Q, 16>::SMEM, st, n, job);
     }
-    void (*k)(const float *, int, const gt_job) = !job.xs   ? gemv_tc_kernel<Q, 1, false> /* n <= 4: nt = 1 */
-                                                  : nt == 1 ? gemv_tc_kernel<Q, 1, true>
-                                                            : gemv_tc_kernel<Q, 2, true>;
+    /* x staged by each block (n <= 4: nt = 1) with its gate or without (a template parameter: a run-time branch
+     * in the staging once cost the bf16 kernel ~1.8x, session 3), or split once */
+    const bool glu = job.glu.act != 0;
+    typedef void (*kernel_fn)(const float *, int, const gt_job);
+    kernel_fn k = job.xs ? (nt == 1 ? gemv_tc_kernel<Q, 1, true> : gemv_tc_kernel<Q, 2, true>)
+                         : (glu ? gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, true> : gemv_tc_kernel<Q, 1, false>);
     /* more than a wave at the budget's blocks per SM: the lean variant */
     if (!job.xs && gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms()))
-        k = gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>;
+        k = glu ? gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, true> : gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>;
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
+/* Whether x (n_in wide) can enter the tensor-core kernels gated by glu (gt_glu's layout). */
+static inline bool gemv_tc_glu_ok(const gt_glu &glu, int64_t n_in) {
+    return (glu.act == 1 || glu.act == 2) && glu.dim > 0 && glu.dim % 16 == 0 && n_in % glu.dim == 0 &&
+           glu.stride % 4 == 0 && glu.stride >= glu.dim && ((uintptr_t)glu.g & 15) == 0;
+}
+
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
- * weights sharing x; part[i] and tick[i] as gemv_tc_part_floats and gemv_tc_ticks (with this launch's
- * gemv_tc_job_tiles: a weight that alone would take more tiles has more row chunks here) ask for W[i],
- * pre as gemv_tc_pre_bytes asks. Returns the launch error. */
+ * weights sharing x (gated by glu when glu is not NULL: gemv_tc_glu_ok); part[i] and tick[i] as
+ * gemv_tc_part_floats and gemv_tc_ticks (with this launch's gemv_tc_job_tiles: a weight that alone would take
+ * more tiles has more row chunks here) ask for W[i], pre as gemv_tc_pre_bytes asks. Returns the launch error. */
 static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
                                                float *const *y, float *const *part, unsigned *const *tick, void *pre,
-                                               cudaStream_t st) {
+                                               cudaStream_t st, const gt_glu *glu = NULL) {
     if (count < 1 || count > GT_JOB) return cudaErrorInvalidValue;
     gt_job job;
     memset(&job, 0, sizeof job);
+    if (glu) {
+        if (!gemv_tc_glu_ok(*glu, W[0]->n_in)) return cudaErrorInvalidValue;
+        job.glu = *glu;
+    }
     if (gemv_tc_pre_bytes(W[0], n) > 0) {
         const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * GT_STAGE_ITEMS;
         if (!pre || items > 2147483647LL) return cudaErrorInvalidValue;
@@ -161,8 +176,11 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
         const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
-        const cudaError_t e = cu_launch(kind == 0 ? gemv_split_kernel<0> : gemv_split_kernel<64>, blocks, 256, 0, st, x,
-                                        n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
+        void (*split)(const float *, const gt_glu, int, int64_t, uint4 *, float *) =
+            kind == 0 ? (job.glu.act ? gemv_split_kernel<0, true> : gemv_split_kernel<0, false>)
+                      : (job.glu.act ? gemv_split_kernel<64, true> : gemv_split_kernel<64, false>);
+        const cudaError_t e = cu_launch(split, blocks, 256, 0, st, x, job.glu, n, W[0]->n_in, (uint4 *)pre,
+                                        (float *)job.Xs);
         if (e != cudaSuccess) return e;
     }
     const int nt = gemv_tc_job_tiles(kind, n, count, W);

@@ -95,11 +95,15 @@ struct timed<qstatus(qbackend *, A...), Real, Id> {
 template <typename... A, qstatus (*Real)(qbackend *, A...), int Id>
 const char *timed<qstatus(qbackend *, A...), Real, Id>::name = "";
 
-static qstatus timed_matmul(const char *what, qbackend *be, const float *x, int n, const qweight *W, float *y,
-                            qstatus (*real)(qbackend *, const float *, int, const qweight *, float *)) {
+/* "what n_outxn_in fmt": the label of a call on W */
+static int begin_w(qbackend *be, const char *what, const qweight *W) {
     char name[64];
     snprintf(name, sizeof name, "%s %lldx%lld %s", what, (long long)W->n_out, (long long)W->n_in, fmt_name(W));
-    const int k = begin(be, name);
+    return begin(be, name);
+}
+static qstatus timed_matmul(const char *what, qbackend *be, const float *x, int n, const qweight *W, float *y,
+                            qstatus (*real)(qbackend *, const float *, int, const qweight *, float *)) {
+    const int k = begin_w(be, what, W);
     const qstatus s = real(be, x, n, W, y);
     end(be, k);
     return s;
@@ -112,11 +116,14 @@ static qstatus p_matmul_prefill(qbackend *be, const float *x, int n, const qweig
 }
 
 static qstatus p_swiglu_matmul_prefill(qbackend *be, float *gate, const float *up, int n, const qweight *W, float *y) {
-    char name[64];
-    snprintf(name, sizeof name, "swiglu+matmul_prefill %lldx%lld %s", (long long)W->n_out, (long long)W->n_in,
-             fmt_name(W));
-    const int k = begin(be, name);
+    const int k = begin_w(be, "swiglu+matmul_prefill", W);
     const qstatus s = P.real->swiglu_matmul_prefill(be, gate, up, n, W, y);
+    end(be, k);
+    return s;
+}
+static qstatus p_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y) {
+    const int k = begin_w(be, glu->act == QGLU_SILU ? "swiglu+matmul" : "sigmoid+matmul", W);
+    const qstatus s = P.real->glu_matmul(be, x, glu, n, W, y);
     end(be, k);
     return s;
 }
@@ -173,6 +180,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     WRAP(mul_sigmoid, cuda_mul_sigmoid);
     WRAP(conv1d_silu, cuda_conv1d_silu);
     WRAP(gdn_gates, cuda_gdn_gates);
+    WRAP(conv1d_silu_gates, cuda_conv1d_silu_gates);
     WRAP(gated_delta, cuda_gated_delta);
     WRAP(gated_rmsnorm, cuda_gated_rmsnorm);
     WRAP(swiglu, cuda_swiglu);
@@ -186,6 +194,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     if (o.matmul_multi) o.matmul_multi = p_matmul_multi;
     if (o.matmul_prefill_multi) o.matmul_prefill_multi = p_matmul_prefill_multi;
     if (o.swiglu_matmul_prefill) o.swiglu_matmul_prefill = p_swiglu_matmul_prefill;
+    if (o.glu_matmul) o.glu_matmul = p_glu_matmul;
     profiled = o;
     be->ops = &profiled;
     return Q_OK;
