@@ -37,17 +37,9 @@ __global__ void __launch_bounds__(256) norm_kernel(float *buf) {
     for (int i = 0; i < DIM / 256; i++) row[threadIdx.x + 256 * i] = v[i] * r;
 }
 
-/* one chain of CHAIN launches; mode 0 plain, 1 pdl */
+/* one chain of CHAIN launches, plain or programmatic (pdl) */
 static void chain(void (*k)(float *), int blocks, float *buf, cudaStream_t st, int pdl) {
-    cudaLaunchAttribute at[1];
-    memset(at, 0, sizeof at);
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(blocks), cfg.blockDim = dim3(256), cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
-    for (int i = 0; i < CHAIN; i++) CK(cudaLaunchKernelEx(&cfg, k, buf));
+    for (int i = 0; i < CHAIN; i++) CK(cu_launch_pdl(pdl != 0, k, dim3(blocks), dim3(256), 0, st, buf));
 }
 
 /* microseconds per launch: median over REPS chains; mode 2 replays a graph of the pdl chain */

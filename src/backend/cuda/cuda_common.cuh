@@ -149,11 +149,11 @@ static inline int cu_pdl_on(void) {
     return on;
 }
 
-/* kernel<<<grid, block, smem, st>>>(args...) with programmatic dependent launch where cu_pdl_on();
- * returns the launch error. */
+/* kernel<<<grid, block, smem, st>>>(args...), with programmatic dependent launch when pdl; returns the
+ * launch error. */
 template <typename... P, typename... A>
-static inline cudaError_t cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-                                    A &&...args) {
+static inline cudaError_t cu_launch_pdl(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t st, A &&...args) {
     cudaLaunchAttribute at[1];
     memset(at, 0, sizeof at);
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -161,8 +161,15 @@ static inline cudaError_t cu_launch(void (*kernel)(P...), dim3 grid, dim3 block,
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = cu_pdl_on() ? 1 : 0;
+    cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+
+/* The decode ops' launches: programmatic where cu_pdl_on(). */
+template <typename... P, typename... A>
+static inline cudaError_t cu_launch(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+                                    A &&...args) {
+    return cu_launch_pdl(cu_pdl_on(), kernel, grid, block, smem, st, static_cast<A &&>(args)...);
 }
 
 static inline unsigned cu_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
