@@ -3,7 +3,7 @@
 # .debs carried). Builds quill for sm_90a, then the parts named in PARTS (default: all), each under its
 # own time limit:
 #   checks   tests/cuda/run.sh (ops vs CPU, goldens and invariance through CUDA; QUICK=1 skips sanitizers)
-#   kernels  every tests/cuda/bench_*.sh;  gemv / gemm: only that bench;  tune: tests/cuda/tune_gemv.sh
+#   kernels  every tests/cuda/bench_*.sh;  gemv / gemm / launch ...: only that bench;  tune: tests/cuda/tune_gemv.sh
 #   decode   quill bench decode figures on a 9B-shaped model, bf16 and MLX 4-bit g64, graphs off and on
 #   prefill  quill bench prefill figures (split and bf16 precision; 4096 and 65536 tokens)
 #   p4096    only the prefill 4096 figures of each model, split and bf16 precision
