@@ -432,8 +432,8 @@ static qstatus mlp_block(qwen35_model *m, int l) {
     const qweight *W[2] = {&L->gate_proj, &L->up_proj};
     float *const Y[2] = {s->gate, s->up};
     Q_TRY(mm_multi(m, s->h, 2, W, Y));
-    /* per range: a prompt range's swiglu goes into the down projection's input pass where the backend has
-     * swiglu_matmul_prefill (bitwise the same as swiglu, then the matmul) */
+    /* per range, swiglu into the down projection's input where the backend can (bitwise the same as swiglu,
+     * then the matmul): a prompt range by swiglu_matmul_prefill, a decode range by glu_matmul */
     const int64_t I = m->cfg.intermediate, D = L->down_proj.n_out;
     const qweight *Wd = &L->down_proj;
     for (int r = 0; r < s->n_ranges; r++) {

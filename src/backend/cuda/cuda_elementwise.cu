@@ -1,4 +1,5 @@
-/* cuda_elementwise.cu: x += y, y = silu(gate) * up, out *= sigmoid(gate): one thread per element; and
+/* cuda_elementwise.cu: x += y, y = silu(gate) * up, x *= silu or sigmoid of a gate (glu; mul_sigmoid is its
+ * sigmoid case): one thread per element; and
  * argmax per row (greedy decoding on the GPU: only the chosen ids are downloaded). */
 #include "cuda_common.cuh"
 
@@ -29,32 +30,13 @@ qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n,
     return Q_OK;
 }
 
-__global__ void mul_sigmoid_kernel(float *out, const float *__restrict__ gate, int64_t gs, int64_t n_vec,
-                                   int dim) {
-    cu_pdl_enter();
-    const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
-    if (i >= n_vec * dim) return;
-    const int64_t v = i / dim, d = i % dim;
-    out[i] *= sigmoid_f(gate[v * gs + d]);
-}
-
-qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
-                         int dim) {
-    if (n_vec <= 0) return Q_OK;
-    CU_TRY(cu_launch(mul_sigmoid_kernel, cu_blocks(n_vec * dim, EW_THREADS), EW_THREADS, 0, cu_stream(be), out, gate,
-                     gate_stride, n_vec, dim),
-           "mul_sigmoid");
-    return Q_OK;
-}
-
-/* x[v][d] = act(g[v * gs + d]) * x[v][d] (glu_matmul's gate where the matmul cannot take it): for act 1 the
- * bits of swiglu_kernel (silu(g) * x), for act 2 those of mul_sigmoid_kernel (the product commutes). */
+/* x[v][d] = act(g[v * gs + d]) * x[v][d]: the attention's output gate (mul_sigmoid), and glu_matmul's gate
+ * where the matmul cannot take it (for silu the bits of swiglu_kernel, silu(g) * x). */
 __global__ void glu_kernel(float *x, const float *__restrict__ g, int64_t gs, int64_t n_vec, int dim, int act) {
     cu_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
     if (i >= n_vec * dim) return;
-    const float a = g[(i / dim) * gs + i % dim];
-    x[i] = (act == QGLU_SILU ? silu_f(a) : sigmoid_f(a)) * x[i];
+    x[i] = glu_act(g[(i / dim) * gs + i % dim], act) * x[i];
 }
 
 qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec) {
@@ -65,6 +47,12 @@ qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec) {
                      glu->g_stride, n_vec, glu->dim, (int)glu->act),
            "glu");
     return Q_OK;
+}
+
+qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
+                         int dim) {
+    const qglu glu = {gate, gate_stride, dim, QGLU_SIGMOID};
+    return cuda_glu(be, out, &glu, n_vec);
 }
 
 /* Greedy choice per row (backend.h argmax): one block per row; each thread keeps the first largest

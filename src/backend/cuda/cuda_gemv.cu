@@ -148,7 +148,7 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
 
 /* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch. */
 static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
-                         int kind, const gt_glu *glu) {
+                         int kind, const qglu *glu) {
     const int nt = gemv_tc_job_tiles(kind, n, count, W); /* the launch's, so each weight's tickets are its own */
     size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
     for (int i = 0; i < count; i++) {
@@ -174,13 +174,12 @@ qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qw
     if (glu->dim <= 0 || W->n_in % glu->dim)
         return q_fail(Q_EINVAL, "cuda glu_matmul: gate vectors of %d for n_in %lld", glu->dim, (long long)W->n_in);
     Q_TRY(check_weight(W));
-    const gt_glu g = {glu->g, glu->g_stride, glu->dim, (int)glu->act};
     const int kind = gemv_tc_kind(W);
-    if (kind < 0 || !gemv_tc_glu_ok(g, W->n_in)) {
+    if (kind < 0 || !gemv_tc_glu_ok(*glu, W->n_in)) {
         Q_TRY(cuda_glu(be, x, glu, (int64_t)n * (W->n_in / glu->dim)));
         return cuda_matmul(be, x, n, W, y);
     }
-    return tc_launch(be, x, n, 1, &W, &y, kind, &g);
+    return tc_launch(be, x, n, 1, &W, &y, kind, glu);
 }
 
 /* Weights of one tensor-core kind go out in one launch (each keeping its own split, partials and

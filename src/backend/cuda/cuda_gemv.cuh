@@ -162,20 +162,13 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 #ifndef GT_FULL_TURNS
 #define GT_FULL_TURNS(Q) ((Q) == 0)
 #endif
-/* A gated input (op glu_matmul): x is vectors of dim and x[v][d] enters as act(g[v * stride + d]) * x[v][d],
- * the product rounded on its own, as cuda_swiglu (act 1, silu) and cuda_mul_sigmoid (act 2) round it, so the
- * staged values are bitwise those of the two launches it replaces. act 0: x as it is. The plan checks the
- * layout: dim % 16 == 0, g and stride 16-byte aligned (a lane's 16 or 8 values lie in one vector). */
-struct gt_glu {
-    const float *g;
-    int64_t stride;
-    int dim, act;
-};
-__device__ __forceinline__ float gt_glu_act(float g, int act) { return act == 1 ? silu_f(g) : sigmoid_f(g); }
-
+/* A gated input (op glu_matmul, GLU): x[v][d] enters as act(g[v * g_stride + d]) * x[v][d] (backend.h's qglu),
+ * the product rounded on its own, as cuda_swiglu (silu) and cuda_glu / cuda_mul_sigmoid (sigmoid) round it, so
+ * the staged values are bitwise those of the two launches it replaces. The plan checks the layout
+ * (gemv_tc_glu_ok: a lane's 16 or 8 values lie in one vector). */
 #define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
 template <int Q, bool GLU>
-__device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_glu &glu, int n, int64_t K, int row0,
+__device__ __forceinline__ void gt_stage(const float *__restrict__ x, const qglu &glu, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
     typedef gt_cfg<Q> C;
     const int items = nt * us * GT_STAGE_ITEMS; /* < 2^31: checked where the split rows are launched */
@@ -196,14 +189,14 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_g
             if constexpr (GLU) {
                 const int kk = (int)k, dim = glu.dim; /* < 2^31: K is (gt_locate) */
                 const int64_t vec = (int64_t)r * (K / dim) + kk / dim;
-                const float4 *gp = (const float4 *)(glu.g + vec * glu.stride + kk % dim);
+                const float4 *gp = (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
 #pragma unroll
                 for (int q = 0; q < C::EPT / 4; q++) {
                     const float4 f = __ldg(gp + q);
-                    v[4 * q] = __fmul_rn(gt_glu_act(f.x, glu.act), v[4 * q]);
-                    v[4 * q + 1] = __fmul_rn(gt_glu_act(f.y, glu.act), v[4 * q + 1]);
-                    v[4 * q + 2] = __fmul_rn(gt_glu_act(f.z, glu.act), v[4 * q + 2]);
-                    v[4 * q + 3] = __fmul_rn(gt_glu_act(f.w, glu.act), v[4 * q + 3]);
+                    v[4 * q] = __fmul_rn(glu_act(f.x, glu.act), v[4 * q]);
+                    v[4 * q + 1] = __fmul_rn(glu_act(f.y, glu.act), v[4 * q + 1]);
+                    v[4 * q + 2] = __fmul_rn(glu_act(f.z, glu.act), v[4 * q + 2]);
+                    v[4 * q + 3] = __fmul_rn(glu_act(f.w, glu.act), v[4 * q + 3]);
                 }
             }
 #pragma unroll
@@ -247,7 +240,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_g
 /* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout
  * with us = U) and each block copies its slice; the values are gt_stage's, so results do not change. */
 template <int Q, bool GLU>
-__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const gt_glu glu, int n,
+__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const qglu glu, int n,
                                                          int64_t K, uint4 *__restrict__ xs, float *__restrict__ Xs) {
     cu_pdl_enter();
     const int nt = (n + 3) / 4;
@@ -457,7 +450,7 @@ struct gt_job {
     int S[GT_JOB], start[GT_JOB + 1];
     int count;
     const uint4 *xs; /* x split by gemv_split_kernel (many rows), or NULL: each block stages its slice */
-    gt_glu glu;      /* x's gate (act 0: none), applied where x is staged or split */
+    qglu glu;        /* x's gate (act 0, as zeroed: none), applied where x is staged or split */
     const float *Xs;
 };
 

@@ -149,10 +149,11 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
-/* Whether x (n_in wide) can enter the tensor-core kernels gated by glu (gt_glu's layout). */
-static inline bool gemv_tc_glu_ok(const gt_glu &glu, int64_t n_in) {
-    return (glu.act == 1 || glu.act == 2) && glu.dim > 0 && glu.dim % 16 == 0 && n_in % glu.dim == 0 &&
-           glu.stride % 4 == 0 && glu.stride >= glu.dim && ((uintptr_t)glu.g & 15) == 0;
+/* Whether x (n_in wide) can enter the tensor-core kernels gated by glu: whole 16-value pieces of a vector,
+ * gates 16-byte aligned. */
+static inline bool gemv_tc_glu_ok(const qglu &glu, int64_t n_in) {
+    return (glu.act == QGLU_SILU || glu.act == QGLU_SIGMOID) && glu.dim > 0 && glu.dim % 16 == 0 &&
+           n_in % glu.dim == 0 && glu.g_stride % 4 == 0 && glu.g_stride >= glu.dim && ((uintptr_t)glu.g & 15) == 0;
 }
 
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -161,7 +162,7 @@ static inline bool gemv_tc_glu_ok(const gt_glu &glu, int64_t n_in) {
  * more tiles has more row chunks here) ask for W[i], pre as gemv_tc_pre_bytes asks. Returns the launch error. */
 static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
                                                float *const *y, float *const *part, unsigned *const *tick, void *pre,
-                                               cudaStream_t st, const gt_glu *glu = NULL) {
+                                               cudaStream_t st, const qglu *glu = NULL) {
     if (count < 1 || count > GT_JOB) return cudaErrorInvalidValue;
     gt_job job;
     memset(&job, 0, sizeof job);
@@ -176,7 +177,7 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
         const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
-        void (*split)(const float *, const gt_glu, int, int64_t, uint4 *, float *) =
+        void (*split)(const float *, const qglu, int, int64_t, uint4 *, float *) =
             kind == 0 ? (job.glu.act ? gemv_split_kernel<0, true> : gemv_split_kernel<0, false>)
                       : (job.glu.act ? gemv_split_kernel<64, true> : gemv_split_kernel<64, false>);
         const cudaError_t e = cu_launch(split, blocks, 256, 0, st, x, job.glu, n, W[0]->n_in, (uint4 *)pre,
