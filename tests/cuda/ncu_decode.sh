@@ -4,7 +4,8 @@
 # after skipping SKIP of them (default 200: past the warm-up, inside a step), in
 #   quill bench MODEL --backend cuda --prefill '' --contexts 0 --streams '' --steps 2
 # and writes $OUT/ncu_decode.txt (the details page: launch, occupancy, throughput, warp states) and
-# $OUT/ncu_decode_sass.csv (per-instruction stall samples of the first profiled kernel).
+# $OUT/ncu_decode_sass.csv (per-instruction stall samples of the first profiled kernel; tests/cuda/ncu_sass_mix.py
+# sums it by unit loop and once-per-warp work).
 # ARGS replaces the bench's context options (default "--contexts 0"), e.g. "--kv-type bf16 --contexts 32768";
 # STREAMS profiles an aggregate step instead (e.g. 64: the many-row kernels; ARGS then defaults to "--contexts ''").
 # Usage: MODEL=/tmp/m9q4 [SKIP=200] [COUNT=4] [KERNEL=regex:gemv_tc_kernel] [ARGS=...] bash tests/cuda/ncu_decode.sh
