@@ -227,6 +227,8 @@ __device__ __forceinline__ float weight_at(const qweight &W, int64_t o, int64_t 
 
 __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x)); }
 __device__ __forceinline__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+/* swiglu's element, silu(g) * u, the product rounded on its own (never contracted into what follows). */
+__device__ __forceinline__ float swiglu_f(float g, float u) { return __fmul_rn(silu_f(g), u); }
 /* The gate of a qglu (backend.h): silu or sigmoid. */
 __device__ __forceinline__ float glu_act(float g, int act) { return act == QGLU_SILU ? silu_f(g) : sigmoid_f(g); }
 

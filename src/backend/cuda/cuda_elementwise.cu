@@ -20,7 +20,7 @@ qstatus cuda_add(qbackend *be, float *x, const float *y, int64_t n) {
 __global__ void swiglu_kernel(const float *gate, const float *up, int64_t n, float *y) {
     cu_pdl_enter();
     const int64_t i = (int64_t)blockIdx.x * EW_THREADS + threadIdx.x;
-    if (i < n) y[i] = silu_f(gate[i]) * up[i];
+    if (i < n) y[i] = swiglu_f(gate[i], up[i]);
 }
 
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y) {

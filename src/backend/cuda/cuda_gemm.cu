@@ -139,9 +139,9 @@ __device__ __forceinline__ void split1(float v, __nv_bfloat16 *h, __nv_bfloat16 
 }
 
 /* x itself, or (up not NULL) silu(x) * up as cuda_swiglu computes it: the product rounded to f32 before the
- * split (__fmul_rn: never contracted into the split's subtraction). */
+ * split (swiglu_f: never contracted into the split's subtraction). */
 __device__ __forceinline__ float split_in(const float *__restrict__ x, const float *__restrict__ up, int64_t i) {
-    return up ? __fmul_rn(silu_f(x[i]), up[i]) : x[i];
+    return up ? swiglu_f(x[i], up[i]) : x[i];
 }
 
 __global__ void split_x4_kernel(const float4 *__restrict__ x, const float4 *__restrict__ up, int64_t n4,
@@ -150,8 +150,7 @@ __global__ void split_x4_kernel(const float4 *__restrict__ x, const float4 *__re
         float4 v = x[i];
         if (up) {
             const float4 u = up[i];
-            v = make_float4(__fmul_rn(silu_f(v.x), u.x), __fmul_rn(silu_f(v.y), u.y), __fmul_rn(silu_f(v.z), u.z),
-                            __fmul_rn(silu_f(v.w), u.w));
+            v = make_float4(swiglu_f(v.x, u.x), swiglu_f(v.y, u.y), swiglu_f(v.z, u.z), swiglu_f(v.w, u.w));
         }
         __align__(8) __nv_bfloat16 h[4], l[4];
         split1(v.x, &h[0], &l[0]);
