@@ -71,6 +71,18 @@ typedef struct qglu {
     qglu_act act;
 } qglu;
 
+/* A residual boundary between decode matmuls (resid_matmul, then norm_matmul_multi), so the RMSNorm between
+ * them is never a pass of its own: the producer adds its product into the residual x and leaves the sums of
+ * squares of x's new rows in parts of QNORM_PART outputs, ss[r][p] (p < ceil(dim / QNORM_PART)); the consumer
+ * applies rmsnorm(x) * w as it reads x, with the scale rsqrt(sum_p ss[r][p] / dim + eps) (the parts added in
+ * an order of the backend's, the same for every row and batch) and each value rounded as x * scale * w. */
+#define QNORM_PART 128
+typedef struct qnorm {
+    const float *ss; /* [n][ceil(dim / QNORM_PART)] */
+    const float *w;  /* [dim] */
+    float eps;
+} qnorm;
+
 /* The GDN gates' operands (gdn_gates), for conv1d_silu_gates: a, b, g, beta [n][heads]. */
 typedef struct qgdn_gates {
     const float *a, *b, *A_log, *dt_bias;
@@ -124,6 +136,16 @@ typedef struct qbackend_ops {
     /* Optional (NULL: swiglu or mul_sigmoid, then matmul): y = (x gated by glu) . W^T for decode rows, bitwise
      * what those two give; x may be overwritten (with the gated values). */
     qstatus (*glu_matmul)(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y);
+
+    /* Optional, all three or none (NULL: matmul or glu_matmul into a buffer, then add_rmsnorm): the residual
+     * boundary of qnorm for decode rows. resid_matmul: x[r] += (xin[r], gated by glu when not NULL) . W^T and
+     * ss as qnorm describes (xin may be overwritten). norm_matmul_multi: y[i] = (rmsnorm(x) * nm->w) . W[i]^T
+     * for count <= 4 weights, the norm as qnorm describes. norm_fusable: whether W can take either part (a
+     * property of the weight: the model fuses a boundary when its producer and consumers all can). */
+    qstatus (*resid_matmul)(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss);
+    qstatus (*norm_matmul_multi)(qbackend *be, const float *x, const qnorm *nm, int n, int count,
+                                 const qweight *const *W, float *const *y);
+    int (*norm_fusable)(const qweight *W);
 
     /* Optional (NULL: swiglu, then matmul_prefill): y = swiglu(gate, up) . W^T for prompt rows (gate and up
      * n x W->n_in), bitwise what those two give; gate may be overwritten. */

@@ -26,15 +26,20 @@ typedef struct qwen35_scratch {
     float *go, *gn;              /* GDN output before/after the gated norm: [cap][Hv*dv] */
     float *gate, *up;            /* MLP: [cap][intermediate] */
     float *hl, *logits;          /* [cap][hidden], [cap][vocab]: rows that return logits */
+    float *ss;                   /* [cap][norm_parts]: sums of squares of x at a fused residual boundary */
     /* host */
     qseq *seqs;                  /* [cap] */
     int *range_start, *range_prefill; /* [cap] runs of rows of one kind (prompt or decode) */
+    int *range_fused;            /* [cap] the last residual boundary of the range ran fused (res_range) */
     int n_ranges;
     int *seq_stream;             /* [cap] stream index of each seq */
     float **p0, **p1;            /* [cap] per-seq state pointers handed to the ops */
     void **kp, **vp;             /* [cap] per-seq K/V caches handed to attention */
     int32_t *host_ids, *host_pos;
 } qwen35_scratch;
+
+/* Parts of a row's sums of squares at a fused residual boundary (backend.h's qnorm). */
+static int64_t norm_parts(const qwen35_config *c) { return (c->hidden + QNORM_PART - 1) / QNORM_PART; }
 
 static int conv_dim(const qwen35_config *c) {
     return 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
@@ -68,7 +73,7 @@ int64_t qwen35_scratch_bytes(const qwen35_config *c, int n_rows) {
     const int64_t kvD = (int64_t)c->n_kv_heads * c->head_dim, Hv = c->lin_n_v_heads;
     const int64_t vD = Hv * c->lin_v_dim;
     int64_t per_row = 2 + 4 * H + 4 * nqD + 2 * kvD + 2 * (int64_t)conv_dim(c) + 3 * vD + 4 * Hv +
-                      2 * (int64_t)c->intermediate + c->vocab_size;
+                      2 * (int64_t)c->intermediate + c->vocab_size + norm_parts(c);
     int64_t cap = 16;
     while (cap < n_rows) cap *= 2;
     return per_row * cap * 4;
@@ -80,11 +85,12 @@ static void scratch_free(qbackend *be, qwen35_scratch *s) {
     if (!s) return;
     void *dev[] = {s->ids, s->pos, s->x, s->h, s->out, s->qg, s->q, s->k, s->v, s->o, s->qkv,
                    s->qkv_c, s->z, s->a, s->b, s->g, s->beta, s->go, s->gn, s->gate, s->up,
-                   s->hl, s->logits};
+                   s->hl, s->logits, s->ss};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) be->ops->free(be, dev[i]);
     free(s->seqs);
     free(s->range_start);
     free(s->range_prefill);
+    free(s->range_fused);
     free(s->seq_stream);
     free(s->p0);
     free(s->p1);
@@ -113,7 +119,7 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
         {(void **)&s->g, Hv, 4}, {(void **)&s->beta, Hv, 4}, {(void **)&s->go, vD, 4},
         {(void **)&s->gn, vD, 4}, {(void **)&s->gate, c->intermediate, 4},
         {(void **)&s->up, c->intermediate, 4}, {(void **)&s->hl, H, 4},
-        {(void **)&s->logits, c->vocab_size, 4},
+        {(void **)&s->logits, c->vocab_size, 4}, {(void **)&s->ss, norm_parts(c), 4},
     };
     for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
         qstatus st = be->ops->alloc(be, (size_t)(plan[i].elems * cap) * plan[i].size, plan[i].p);
@@ -122,6 +128,7 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
     s->seqs = calloc((size_t)cap, sizeof *s->seqs);
     s->range_start = calloc((size_t)cap + 1, sizeof *s->range_start);
     s->range_prefill = calloc((size_t)cap, sizeof *s->range_prefill);
+    s->range_fused = calloc((size_t)cap, sizeof *s->range_fused);
     s->seq_stream = calloc((size_t)cap, sizeof *s->seq_stream);
     s->p0 = calloc((size_t)cap, sizeof *s->p0);
     s->p1 = calloc((size_t)cap, sizeof *s->p1);
@@ -129,7 +136,8 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
     s->vp = calloc((size_t)cap, sizeof *s->vp);
     s->host_ids = calloc((size_t)cap, sizeof *s->host_ids);
     s->host_pos = calloc((size_t)cap, sizeof *s->host_pos);
-    if (!s->seqs || !s->range_start || !s->range_prefill || !s->seq_stream || !s->p0 || !s->p1 || !s->kp || !s->vp || !s->host_ids || !s->host_pos) {
+    if (!s->seqs || !s->range_start || !s->range_prefill || !s->range_fused || !s->seq_stream || !s->p0 || !s->p1 ||
+        !s->kp || !s->vp || !s->host_ids || !s->host_pos) {
         scratch_free(be, s);
         return q_fail(Q_ENOMEM, "scratch: out of memory");
     }
@@ -332,22 +340,6 @@ static qstatus mm_range(qwen35_model *m, int r, const float *x, int count, const
     return Q_OK;
 }
 
-/* mm_range over every range of the batch. */
-static qstatus mm_multi(qwen35_model *m, const float *x, int count, const qweight *const *W, float *const *y) {
-    const qwen35_scratch *s = m->scratch;
-    for (int r = 0; r < s->n_ranges; r++) {
-        const int r0 = s->range_start[r];
-        float *yr[4];
-        for (int i = 0; i < count; i++) yr[i] = y[i] + (int64_t)r0 * W[i]->n_out;
-        Q_TRY(mm_range(m, r, x + (int64_t)r0 * W[0]->n_in, count, W, yr));
-    }
-    return Q_OK;
-}
-
-/* y = x . W^T over the batch's rows: prompt rows through matmul_prefill, decode rows through matmul.
- * EXACT(batch): the kernel is chosen by the kind of row, never by how many rows there are. */
-static qstatus mm(qwen35_model *m, const float *x, const qweight *W, float *y) { return mm_multi(m, x, 1, &W, &y); }
-
 /* y = (x gated by glu) . W^T over range r of the batch (x, glu's gates and y at its first row): a decode range
  * in one pass where the backend has glu_matmul, else the gate (swiglu or mul_sigmoid, in place on x), then
  * mm_range; bitwise the same. */
@@ -362,16 +354,93 @@ static qstatus glu_mm_range(qwen35_model *m, int r, float *x, const qglu *glu, c
     return mm_range(m, r, x, 1, &W, &y);
 }
 
-/* §2.3 gated full attention over all rows; output in s->out. */
+/* ---- residual boundaries --------------------------------------------------------------------------
+ * A block's output and the MLP's are added to the residual x and the sum normed for the next projections.
+ * Per range: where the backend fuses the boundary (backend.h's qnorm: decode rows, weights it can fuse), the
+ * producer adds into x and leaves the sums of squares in s->ss, and the consumers normalise x as they read
+ * it (s->h is not written); else the product goes to s->out and add_rmsnorm writes s->h. */
+
+/* The projections that read a layer's normed input. */
+static int layer_in_weights(const qwen35_layer *L, const qweight **W) {
+    if (L->is_attn) {
+        W[0] = &L->attn.q_proj, W[1] = &L->attn.k_proj, W[2] = &L->attn.v_proj;
+        return 3;
+    }
+    W[0] = &L->gdn.in_proj_qkv, W[1] = &L->gdn.in_proj_z, W[2] = &L->gdn.in_proj_b, W[3] = &L->gdn.in_proj_a;
+    return 4;
+}
+
+/* Whether range r's boundary from producer P to consumers C runs fused. */
+static int res_fused(const qwen35_model *m, int r, const qweight *P, int count, const qweight *const *C) {
+    const qbackend_ops *o = m->be->ops;
+    if (m->scratch->range_prefill[r] || !o->resid_matmul || !o->norm_matmul_multi || !o->norm_fusable ||
+        !o->norm_fusable(P))
+        return 0;
+    for (int i = 0; i < count; i++)
+        if (!o->norm_fusable(C[i])) return 0;
+    return 1;
+}
+
+/* Range r's boundary unfused, after its product in s->out: x += out, then s->h = rmsnorm(x) * norm_w (norm_w
+ * NULL, after the last layer: the add alone). */
+static qstatus res_close(qwen35_model *m, int r, const float *norm_w) {
+    qwen35_scratch *s = m->scratch;
+    qbackend *be = m->be;
+    const int64_t H = m->cfg.hidden, r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
+    s->range_fused[r] = 0;
+    if (!norm_w) return be->ops->add(be, s->x + r0 * H, s->out + r0 * H, len * H);
+    return be->ops->add_rmsnorm(be, s->x + r0 * H, s->out + r0 * H, norm_w, len, (int)H, m->cfg.rms_eps,
+                                s->h + r0 * H);
+}
+
+/* Range r's boundary after the product xin (gated by glu when not NULL) . W^T (xin, glu at the range's first
+ * row): fused where res_fused says, else into s->out and res_close. norm_w and C (count weights): the next
+ * projections' norm and weights (NULL, 0 after the last layer). */
+static qstatus res_range(qwen35_model *m, int r, float *xin, const qglu *glu, const qweight *W, const float *norm_w,
+                         int count, const qweight *const *C) {
+    qwen35_scratch *s = m->scratch;
+    const int64_t r0 = s->range_start[r];
+    if (res_fused(m, r, W, count, C)) {
+        s->range_fused[r] = 1;
+        return m->be->ops->resid_matmul(m->be, xin, glu, s->range_start[r + 1] - (int)r0, W, s->x + r0 * m->cfg.hidden,
+                                        s->ss + r0 * norm_parts(&m->cfg));
+    }
+    float *out = s->out + r0 * W->n_out;
+    Q_TRY(glu ? glu_mm_range(m, r, xin, glu, W, out) : mm_range(m, r, xin, 1, &W, &out));
+    return res_close(m, r, norm_w);
+}
+
+/* y[i] = (the normed residual) . W[i]^T over the batch: from s->h, or in a range whose boundary ran fused, x
+ * normalised by norm_w as it is read. */
+static qstatus norm_mm(qwen35_model *m, const float *norm_w, int count, const qweight *const *W, float *const *y) {
+    qwen35_scratch *s = m->scratch;
+    const int64_t H = m->cfg.hidden;
+    for (int r = 0; r < s->n_ranges; r++) {
+        const int r0 = s->range_start[r];
+        float *yr[4];
+        for (int i = 0; i < count; i++) yr[i] = y[i] + (int64_t)r0 * W[i]->n_out;
+        if (!s->range_fused[r]) {
+            Q_TRY(mm_range(m, r, s->h + r0 * H, count, W, yr));
+            continue;
+        }
+        const qnorm nm = {s->ss + r0 * norm_parts(&m->cfg), norm_w, m->cfg.rms_eps};
+        Q_TRY(m->be->ops->norm_matmul_multi(m->be, s->x + r0 * H, &nm, s->range_start[r + 1] - r0, count, W, yr));
+    }
+    return Q_OK;
+}
+
+/* §2.3 gated full attention over all rows, its output added to the residual (the MLP's norm, res_range). */
 static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state *const *states) {
     const qwen35_config *c = &m->cfg;
-    const qwen35_attn_weights *w = &m->w.layers[l].attn;
+    const qwen35_layer *L = &m->w.layers[l];
+    const qwen35_attn_weights *w = &L->attn;
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const int D = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads;
-    const qweight *W[3] = {&w->q_proj, &w->k_proj, &w->v_proj};
+    const qweight *W[4];
+    layer_in_weights(L, W);
     float *const Y[3] = {s->qg, s->k, s->v}; /* qg: per head [query | gate] */
-    Q_TRY(mm_multi(m, s->h, 3, W, Y));
+    Q_TRY(norm_mm(m, L->input_norm, 3, W, Y));
     if (be->ops->qk_norm_rope) {
         Q_TRY(be->ops->qk_norm_rope(be, s->qg, 2 * D, w->q_norm, s->q, s->k, w->k_norm, n, nq, nkv, D, c->rms_eps,
                                     c->rot_dim, s->pos, c->rope_theta));
@@ -387,24 +456,27 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     }
     Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv, D,
                              1.0f / sqrtf((float)D), s->o));
+    const qweight *M[2] = {&L->gate_proj, &L->up_proj};
     for (int r = 0; r < s->n_ranges; r++) { /* the output gate, then o_proj */
         const int64_t r0 = s->range_start[r];
         const qglu gate = {s->qg + r0 * nq * 2 * D + D, 2 * D, D, QGLU_SIGMOID};
-        Q_TRY(glu_mm_range(m, r, s->o + r0 * nq * D, &gate, &w->o_proj, s->out + r0 * w->o_proj.n_out));
+        Q_TRY(res_range(m, r, s->o + r0 * nq * D, &gate, &w->o_proj, L->post_norm, 2, M));
     }
     return Q_OK;
 }
 
-/* §2.4 Gated DeltaNet over all rows; output in s->out. */
+/* §2.4 Gated DeltaNet over all rows, its output added to the residual (the MLP's norm, res_range). */
 static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state *const *states) {
     const qwen35_config *c = &m->cfg;
-    const qwen35_gdn_weights *w = &m->w.layers[l].gdn;
+    const qwen35_layer *L = &m->w.layers[l];
+    const qwen35_gdn_weights *w = &L->gdn;
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim};
-    const qweight *W[4] = {&w->in_proj_qkv, &w->in_proj_z, &w->in_proj_b, &w->in_proj_a};
+    const qweight *W[4];
+    layer_in_weights(L, W);
     float *const Y[4] = {s->qkv, s->z, s->b, s->a};
-    Q_TRY(mm_multi(m, s->h, 4, W, Y));
+    Q_TRY(norm_mm(m, L->input_norm, 4, W, Y));
     for (int i = 0; i < n_seqs; i++) {
         s->p0[i] = states[s->seq_stream[i]]->conv[l];
         s->p1[i] = states[s->seq_stream[i]]->S[l];
@@ -421,30 +493,37 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
     Q_TRY(be->ops->gated_rmsnorm(be, s->go, s->z, w->norm_w, (int64_t)n * dims.n_v_heads,
                                  dims.v_dim, c->rms_eps, s->gn));
-    return mm(m, s->gn, &w->out_proj, s->out);
+    const qweight *M[2] = {&L->gate_proj, &L->up_proj};
+    for (int r = 0; r < s->n_ranges; r++)
+        Q_TRY(res_range(m, r, s->gn + (int64_t)s->range_start[r] * w->out_proj.n_in, NULL, &w->out_proj, L->post_norm,
+                        2, M));
+    return Q_OK;
 }
 
 /* §2.6 SwiGLU MLP; output in s->out. */
 static qstatus mlp_block(qwen35_model *m, int l) {
     const qwen35_layer *L = &m->w.layers[l];
+    const qwen35_layer *N = l + 1 < m->cfg.n_layers ? &m->w.layers[l + 1] : NULL; /* the next layer's norm */
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
-    const qweight *W[2] = {&L->gate_proj, &L->up_proj};
+    const qweight *W[2] = {&L->gate_proj, &L->up_proj}, *C[4];
     float *const Y[2] = {s->gate, s->up};
-    Q_TRY(mm_multi(m, s->h, 2, W, Y));
+    Q_TRY(norm_mm(m, L->post_norm, 2, W, Y));
     /* per range, swiglu into the down projection's input where the backend can (bitwise the same as swiglu,
-     * then the matmul): a prompt range by swiglu_matmul_prefill, a decode range by glu_matmul */
+     * then the matmul): a prompt range by swiglu_matmul_prefill, a decode range by glu_matmul or resid_matmul */
     const int64_t I = m->cfg.intermediate, D = L->down_proj.n_out;
     const qweight *Wd = &L->down_proj;
+    const int n_c = N ? layer_in_weights(N, C) : 0;
     for (int r = 0; r < s->n_ranges; r++) {
         const int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
-        float *g = s->gate + r0 * I, *u = s->up + r0 * I, *o = s->out + r0 * D;
+        float *g = s->gate + r0 * I, *u = s->up + r0 * I;
         if (s->range_prefill[r] && be->ops->swiglu_matmul_prefill) {
-            Q_TRY(be->ops->swiglu_matmul_prefill(be, g, u, len, Wd, o));
+            Q_TRY(be->ops->swiglu_matmul_prefill(be, g, u, len, Wd, s->out + r0 * D));
+            Q_TRY(res_close(m, r, N ? N->input_norm : NULL));
             continue;
         }
         const qglu act = {g, I, (int)I, QGLU_SILU};
-        Q_TRY(glu_mm_range(m, r, u, &act, Wd, o));
+        Q_TRY(res_range(m, r, u, &act, Wd, N ? N->input_norm : NULL, n_c, C));
     }
     return Q_OK;
 }
@@ -464,19 +543,14 @@ static qstatus device_pass(qwen35_model *m, const qrow *rows, int n, int n_seqs,
     qbackend *be = m->be;
     const int64_t H = c->hidden;
     Q_TRY(be->ops->embed(be, &m->w.embed, s->ids, n, s->x)); /* §2.1: no scaling */
-    /* Each residual add is fused with the norm that follows it (add_rmsnorm); the last layer's MLP
-     * output is added alone, the final norm running on the output rows only. */
+    /* Each residual add comes with the norm that follows it (res_range); the last layer's MLP output is
+     * added alone, the final norm running on the output rows only. */
     Q_TRY(be->ops->rmsnorm(be, s->x, H, m->w.layers[0].input_norm, n, (int)H, c->rms_eps, s->h, H));
+    for (int r = 0; r < s->n_ranges; r++) s->range_fused[r] = 0; /* the first layer reads s->h */
     for (int l = 0; l < c->n_layers; l++) {
-        const qwen35_layer *L = &m->w.layers[l];
-        if (L->is_attn) Q_TRY(attn_block(m, l, n, n_seqs, states));
+        if (m->w.layers[l].is_attn) Q_TRY(attn_block(m, l, n, n_seqs, states));
         else Q_TRY(gdn_block(m, l, n, n_seqs, states));
-        Q_TRY(be->ops->add_rmsnorm(be, s->x, s->out, L->post_norm, n, (int)H, c->rms_eps, s->h));
         Q_TRY(mlp_block(m, l));
-        if (l + 1 < c->n_layers)
-            Q_TRY(be->ops->add_rmsnorm(be, s->x, s->out, m->w.layers[l + 1].input_norm, n, (int)H, c->rms_eps, s->h));
-        else
-            Q_TRY(be->ops->add(be, s->x, s->out, (int64_t)n * H));
     }
     const int n_out = n_logits + n_argmax;
     if (n_out == 0) return Q_OK;

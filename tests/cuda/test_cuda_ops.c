@@ -290,6 +290,105 @@ static void test_glu_matmul(void) {
     }
 }
 
+/* The fused residual boundary (backend.h's qnorm): resid_matmul against the CPU's gate, matmul and add, its
+ * sums of squares against the new rows' (in double on the host), and norm_matmul_multi reading them against
+ * the CPU's rmsnorm and matmul: 4-bit g64 with the 9B's shapes (the producer gated as the attention's output,
+ * the consumers gate + up: the lean kernel at one row), bf16 / 4-bit sets whose last part holds 64 outputs, and
+ * a producer of one K slice (the test models' shapes); 37 rows (the many-row kernels). Then EXACT(batch): the
+ * first 1 and 5 rows alone give the bits they give among 37 (the one-row, staged and split-once kernels). */
+static void test_residual_boundary(void) {
+    struct { qwfmt f; int H, K, dim, stride; qglu_act act; int count, c_out[3]; const char *name; } cases[] = {
+        {QW_AFFINE, 4096, 4096, 256, 512, QGLU_SIGMOID, 2, {12288, 12288, 0}, "4b 9B"},
+        {QW_BF16, 1088, 1024, 0, 0, QGLU_SILU, 2, {520, 96, 0}, "bf16"},
+        {QW_AFFINE, 1088, 2048, 2048, 2048, QGLU_SILU, 3, {300, 32, 1088}, "4b swiglu"},
+        {QW_AFFINE, 128, 256, 256, 256, QGLU_SILU, 2, {256, 96, 0}, "4b one slice"}};
+    const int ns[3] = {1, 5, 37}, rows = 37;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const int H = cases[k].H, K = cases[k].K, count = cases[k].count, parts = (H + QNORM_PART - 1) / QNORM_PART;
+        const int bits = cases[k].f == QW_AFFINE ? 4 : 0;
+        wpair W = mk_weight(cases[k].f, H, K, bits, 64), C[3];
+        const qweight *Cg[3];
+        buf y[3];
+        float *Yg[3];
+        for (int i = 0; i < count; i++) {
+            C[i] = mk_weight(cases[k].f, cases[k].c_out[i], H, bits, 64);
+            Cg[i] = &C[i].g;
+            y[i] = mk((size_t)rows * cases[k].c_out[i] * 4, NULL);
+            Yg[i] = (float *)y[i].g;
+        }
+        const int gated = cases[k].dim > 0;
+        const int64_t n_vec = gated ? (int64_t)rows * (K / cases[k].dim) : 0;
+        buf xin = mk_rand((size_t)rows * K, 1.0f), xin1 = mk(xin.bytes, NULL), x = mk_rand((size_t)rows * H, 2.0f);
+        buf x0 = mk(x.bytes, NULL), g = mk_rand(gated ? (size_t)n_vec * cases[k].stride : 4, 3.0f);
+        buf ss = mk((size_t)rows * parts * 4, NULL), nw = mk_rand(H, 1.0f);
+        buf out = mk(x.bytes, NULL), h = mk(x.bytes, NULL);
+        OK(gpu->ops->copy(gpu, x0.g, x.g, x.bytes));
+        const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act};
+        const qnorm nm = {ss.g, nw.g, 1e-6f};
+        /* the CPU's reference, 37 rows */
+        if (gated && cases[k].act == QGLU_SILU) OK(cpu->ops->swiglu(cpu, g.c, xin.c, (int64_t)rows * K, xin.c));
+        else if (gated) OK(cpu->ops->mul_sigmoid(cpu, xin.c, g.c, cases[k].stride, n_vec, cases[k].dim));
+        OK(cpu->ops->matmul(cpu, xin.c, rows, &W.c, out.c));
+        OK(cpu->ops->add(cpu, x.c, out.c, (int64_t)rows * H));
+        OK(cpu->ops->rmsnorm(cpu, x.c, H, nw.c, rows, H, 1e-6f, h.c, H));
+        for (int i = 0; i < count; i++) OK(cpu->ops->matmul(cpu, h.c, rows, &C[i].c, y[i].c));
+        /* the GPU: 37 rows, then 1 and 5 */
+        const size_t y_bytes[3] = {(size_t)rows * cases[k].c_out[0] * 4, (size_t)rows * cases[k].c_out[1] * 4,
+                                   count > 2 ? (size_t)rows * cases[k].c_out[2] * 4 : 0};
+        void *ref[5] = {malloc(x.bytes), malloc(ss.bytes), malloc(y_bytes[0]), malloc(y_bytes[1]),
+                        malloc(y_bytes[2] + 4)};
+        size_t most = x.bytes;
+        for (int i = 0; i < 3; i++) most = y_bytes[i] > most ? y_bytes[i] : most;
+        void *got = malloc(most);
+        int same = 1;
+        for (int q = 2; q >= 0; q--) {
+            OK(gpu->ops->copy(gpu, x.g, x0.g, x.bytes));
+            OK(gpu->ops->copy(gpu, xin1.g, xin.g, xin.bytes));
+            OK(gpu->ops->resid_matmul(gpu, xin1.g, gated ? &glu : NULL, ns[q], &W.g, x.g, ss.g));
+            OK(gpu->ops->norm_matmul_multi(gpu, x.g, &nm, ns[q], count, Cg, Yg));
+            const void *dev[5] = {x.g, ss.g, Yg[0], Yg[1], count > 2 ? Yg[2] : NULL};
+            const size_t per_row[5] = {(size_t)H * 4, (size_t)parts * 4, y_bytes[0] / rows, y_bytes[1] / rows,
+                                       y_bytes[2] / rows};
+            for (int j = 0; j < 5; j++) {
+                if (!dev[j]) continue;
+                const size_t bytes = per_row[j] * ns[q];
+                OK(gpu->ops->download(gpu, q == 2 ? ref[j] : got, dev[j], bytes));
+                if (q < 2) same &= memcmp(ref[j], got, bytes) == 0;
+            }
+        }
+        char nm_[96];
+        OK(gpu->ops->upload(gpu, x.g, ref[0], x.bytes)); /* the 37-row call's residual */
+        snprintf(nm_, sizeof nm_, "resid_matmul %s: residual vs cpu", cases[k].name);
+        expect_close(nm_, x, 1e-5);
+        /* the sums of squares of the CPU's new rows, in double */
+        double err = 0.0, top = 0.0;
+        float *xc = malloc(x.bytes);
+        OK(cpu->ops->download(cpu, xc, x.c, x.bytes));
+        for (int r = 0; r < rows; r++)
+            for (int p = 0; p < parts; p++) {
+                double want = 0.0;
+                for (int o = p * QNORM_PART; o < H && o < (p + 1) * QNORM_PART; o++)
+                    want += (double)xc[(size_t)r * H + o] * xc[(size_t)r * H + o];
+                const double d = fabs(want - ((float *)ref[1])[r * parts + p]);
+                err = d > err ? d : err, top = want > top ? want : top;
+            }
+        free(xc);
+        snprintf(nm_, sizeof nm_, "resid_matmul %s: sums of squares", cases[k].name);
+        printf("| %-40s | %9.2e | %7.0e | %s |\n", nm_, err / top, 1e-5, err <= 1e-5 * top ? "ok" : "FAIL");
+        err <= 1e-5 * top ? n_pass++ : n_fail++;
+        for (int i = 0; i < count; i++) {
+            snprintf(nm_, sizeof nm_, "norm_matmul_multi %s: weight %d vs cpu", cases[k].name, i);
+            expect_close(nm_, y[i], 1e-5);
+        }
+        snprintf(nm_, sizeof nm_, "resid + norm %s: 1/5 rows == in 37", cases[k].name);
+        expect_flag(nm_, same);
+        for (int j = 0; j < 5; j++) free(ref[j]);
+        free(got);
+        for (int i = 0; i < count; i++) rm(y[i]), rm_weight(C[i]);
+        rm(xin); rm(xin1); rm(x); rm(x0); rm(g); rm(ss); rm(nw); rm(out); rm(h); rm_weight(W);
+    }
+}
+
 /* qk_norm_rope (the attention's head norms and RoPE in one launch) is bitwise the four ops on the GPU and
  * close to them on the CPU: 9B head shapes (q from a strided [query | gate] buffer), positions up to 70,000. */
 static void test_qk_norm_rope(void) {
@@ -393,6 +492,7 @@ static void test_swiglu_matmul_prefill(void) {
 int main(void) {
     static void (*const tests[])(void) = {test_matmul, test_matmul_decode, test_matmul_multi, test_matmul_prefill_gemm,
                                           test_swiglu_matmul_prefill, test_norms_and_elementwise,
-                                          test_glu_matmul, test_qk_norm_rope, test_add_rmsnorm_argmax};
+                                          test_glu_matmul, test_residual_boundary, test_qk_norm_rope,
+                                          test_add_rmsnorm_argmax};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

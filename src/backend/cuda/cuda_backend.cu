@@ -148,6 +148,12 @@ static qbackend_ops make_ops(void) {
 #define QUILL_CUDA_GLU 1 /* 0: no glu_matmul (the gate as its own launch; an A/B of the fused staging) */
 #endif
     o.glu_matmul = QUILL_CUDA_GLU ? cuda_glu_matmul : NULL;
+    const char *fuse = getenv("QUILL_CUDA_NORM_FUSE"); /* "0": add_rmsnorm as its own launch (an A/B) */
+    if (!fuse || strcmp(fuse, "0")) {
+        o.resid_matmul = cuda_resid_matmul;
+        o.norm_matmul_multi = cuda_norm_matmul_multi;
+        o.norm_fusable = cuda_norm_fusable;
+    }
     o.rope = cuda_rope;
     o.qk_norm_rope = cuda_qk_norm_rope;
     o.attention = cuda_attention;

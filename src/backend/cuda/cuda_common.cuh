@@ -265,6 +265,10 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
 qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec);
 qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y);
+qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss);
+qstatus cuda_norm_matmul_multi(qbackend *be, const float *x, const qnorm *nm, int n, int count,
+                               const qweight *const *W, float *const *y);
+int cuda_norm_fusable(const qweight *W);
 qstatus cuda_add(qbackend *be, float *x, const float *y, int64_t n);
 int cuda_graphs_enabled(void); /* QUILL_CUDA_GRAPHS=1: the ops table gets the two below */
 qstatus cuda_graph_begin(qbackend *be);

@@ -148,7 +148,7 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
 
 /* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch. */
 static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
-                         int kind, const qglu *glu) {
+                         int kind, const gt_extra &ex) {
     const int nt = gemv_tc_job_tiles(kind, n, count, W); /* the launch's, so each weight's tickets are its own */
     size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
     for (int i = 0; i < count; i++) {
@@ -162,7 +162,7 @@ static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const q
     void *pre = NULL;
     Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n), &part, &tick, &pre));
     for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
-    CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), glu),
+    CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), ex),
            "matmul (tensor-core gemv)");
     return Q_OK;
 }
@@ -179,7 +179,7 @@ qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qw
         Q_TRY(cuda_glu(be, x, glu, (int64_t)n * (W->n_in / glu->dim)));
         return cuda_matmul(be, x, n, W, y);
     }
-    return tc_launch(be, x, n, 1, &W, &y, kind, glu);
+    return tc_launch(be, x, n, 1, &W, &y, kind, {glu, NULL, NULL});
 }
 
 /* Weights of one tensor-core kind go out in one launch (each keeping its own split, partials and
@@ -198,5 +198,42 @@ qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const 
         for (int i = 0; i < count; i++) Q_TRY(cuda_matmul(be, x, n, W[i], y[i]));
         return Q_OK;
     }
-    return tc_launch(be, x, n, count, W, y, kind, NULL);
+    return tc_launch(be, x, n, count, W, y, kind, {});
+}
+
+/* The residual boundary (backend.h's qnorm): the tensor-core kernels do it as they finish (the producer: the
+ * block that writes an output block's sums adds them into the residual and sums the squares) and as they stage
+ * x (the consumers). */
+int cuda_norm_fusable(const qweight *W) {
+    return gemv_tc_kind(W) >= 0 && W->n_out <= 2147483647LL;
+}
+
+qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss) {
+    if (n <= 0) return Q_OK;
+    Q_TRY(check_weight(W));
+    if (!cuda_norm_fusable(W))
+        return q_fail(Q_EINVAL, "cuda resid_matmul: a %lldx%lld weight of this format cannot be fused",
+                      (long long)W->n_out, (long long)W->n_in);
+    if (glu && (glu->dim <= 0 || W->n_in % glu->dim))
+        return q_fail(Q_EINVAL, "cuda resid_matmul: gate vectors of %d for n_in %lld", glu->dim, (long long)W->n_in);
+    if (glu && !gemv_tc_glu_ok(*glu, W->n_in)) { /* gated in place first, as cuda_glu_matmul does */
+        Q_TRY(cuda_glu(be, xin, glu, (int64_t)n * (W->n_in / glu->dim)));
+        glu = NULL;
+    }
+    return tc_launch(be, xin, n, 1, &W, &x, gemv_tc_kind(W), {glu, NULL, ss});
+}
+
+qstatus cuda_norm_matmul_multi(qbackend *be, const float *x, const qnorm *nm, int n, int count,
+                               const qweight *const *W, float *const *y) {
+    if (n <= 0) return Q_OK;
+    if (count < 1 || count > GT_JOB)
+        return q_fail(Q_EINVAL, "cuda norm_matmul_multi: %d weights (1..%d)", count, GT_JOB);
+    if (!gemv_tc_norm_ok(*nm)) return q_fail(Q_EINVAL, "cuda norm_matmul_multi: norm weights must be 16-byte aligned");
+    const int kind = gemv_tc_kind(W[0]);
+    for (int i = 0; i < count; i++) {
+        Q_TRY(check_weight(W[i]));
+        if (W[i]->n_in != W[0]->n_in || !cuda_norm_fusable(W[i]) || gemv_tc_kind(W[i]) != kind)
+            return q_fail(Q_EINVAL, "cuda norm_matmul_multi: weights of one tensor-core kind and n_in only");
+    }
+    return tc_launch(be, x, n, count, W, y, kind, {NULL, nm, NULL});
 }

@@ -166,9 +166,33 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
  * the product rounded on its own, as cuda_swiglu (silu) and cuda_glu / cuda_mul_sigmoid (sigmoid) round it, so
  * the staged values are bitwise those of the two launches it replaces. The plan checks the layout
  * (gemv_tc_glu_ok: a lane's 16 or 8 values lie in one vector). */
+/* A normalised input (op norm_matmul_multi, NORM): x is the residual and enters as x * scale * w, the scale
+ * from the producer's sums of squares (backend.h's qnorm; gt_norm_scale adds them in one fixed order). */
+enum { GT_IN_X = 0, GT_IN_GLU = 1, GT_IN_NORM = 2 }; /* what x is: the input, gated, normalised */
+struct gt_input {
+    qglu glu;               /* GT_IN_GLU (act 0, as zeroed: not gated) */
+    const float *ss, *nw;   /* GT_IN_NORM (ss NULL: not normalised): sums of squares [n][parts], weights [K] */
+    float eps;
+    int parts;
+};
+/* The norm's scale of row r (r < 0: none, the lane only takes part), by the four lanes t of a staging item
+ * together: lane t sums parts t, t + 4, ... in order (its loads out at once), and the four sums are added as
+ * (s0 + s1) + (s2 + s3), the same in every lane, block and row count. (One lane summing all the parts in
+ * order, a chain of dependent loads, cost the 9B's gate + up launch ~3 us, session 12.) */
+__device__ __forceinline__ float gt_norm_scale(const gt_input &in, int r, int t, int64_t K) {
+    float sum = 0.0f;
+    if (r >= 0) {
+        const float *ss = in.ss + (int64_t)r * in.parts;
+#pragma unroll 8
+        for (int p = t; p < in.parts; p += 4) sum += ss[p];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    return rsqrtf(sum / (float)K + in.eps);
+}
 #define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
-template <int Q, bool GLU>
-__device__ __forceinline__ void gt_stage(const float *__restrict__ x, const qglu &glu, int n, int64_t K, int row0,
+template <int Q, int IN>
+__device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
     typedef gt_cfg<Q> C;
     const int items = nt * us * GT_STAGE_ITEMS; /* < 2^31: checked where the split rows are launched */
@@ -178,6 +202,8 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const qglu
         const int r = row0 + 4 * T + rr;
         const bool live = i < items && r < n; /* uniform over the 4 lanes of (T, r, u) */
         float v[C::EPT], h[C::EPT]; /* x and its hi part; lo = bf16(v - h) where it is used */
+        float scale = 0.0f;
+        if constexpr (IN == GT_IN_NORM) scale = gt_norm_scale(in, live ? r : -1, t, K);
         if (live) {
             const int64_t k = (u0 + u) * C::UK + t * C::EPT;
             const float4 *p = (const float4 *)(x + (int64_t)r * K + k);
@@ -186,7 +212,8 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const qglu
                 const float4 f = __ldg(p + q);
                 v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
             }
-            if constexpr (GLU) {
+            if constexpr (IN == GT_IN_GLU) {
+                const qglu &glu = in.glu;
                 const int kk = (int)k, dim = glu.dim; /* < 2^31: K is (gt_locate) */
                 const int64_t vec = (int64_t)r * (K / dim) + kk / dim;
                 const float4 *gp = (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
@@ -197,6 +224,15 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const qglu
                     v[4 * q + 1] = __fmul_rn(glu_act(f.y, glu.act), v[4 * q + 1]);
                     v[4 * q + 2] = __fmul_rn(glu_act(f.z, glu.act), v[4 * q + 2]);
                     v[4 * q + 3] = __fmul_rn(glu_act(f.w, glu.act), v[4 * q + 3]);
+                }
+            }
+            if constexpr (IN == GT_IN_NORM) {
+                const float4 *wp = (const float4 *)(in.nw + k);
+#pragma unroll
+                for (int q = 0; q < C::EPT / 4; q++) {
+                    const float4 f = __ldg(wp + q);
+                    v[4 * q] = v[4 * q] * scale * f.x, v[4 * q + 1] = v[4 * q + 1] * scale * f.y;
+                    v[4 * q + 2] = v[4 * q + 2] * scale * f.z, v[4 * q + 3] = v[4 * q + 3] * scale * f.w;
                 }
             }
 #pragma unroll
@@ -239,12 +275,12 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const qglu
 
 /* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout
  * with us = U) and each block copies its slice; the values are gt_stage's, so results do not change. */
-template <int Q, bool GLU>
-__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const qglu glu, int n,
+template <int Q, int IN>
+__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const gt_input in, int n,
                                                          int64_t K, uint4 *__restrict__ xs, float *__restrict__ Xs) {
     cu_pdl_enter();
     const int nt = (n + 3) / 4;
-    gt_stage<Q, GLU>(x, glu, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
+    gt_stage<Q, IN>(x, in, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
                      (int)(blockIdx.x * blockDim.x + threadIdx.x), (int)(gridDim.x * blockDim.x));
 }
 
@@ -383,12 +419,24 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
 #define GT_TICKET_ACQREL 1
 #endif
 /* Writes the slice's sums and, with S > 1, the last block of (output block, row chunk) to arrive
- * sums the S partials in the order s = 0..S-1 and resets the ticket. */
+ * sums the S partials in the order s = 0..S-1 and resets the ticket. With ss (op resid_matmul) y is the
+ * residual: the sums are added to it (y = y + sum, as add_rmsnorm adds), and the block that writes them
+ * (the last, or with S = 1 each, reading its values back) leaves ss[r][ob], the sum of squares of row r's
+ * QNORM_PART new values: the squares go to the dynamic shared memory (the main loop is done with it: every
+ * path passes a barrier first; the launch sizes it, GT_SS_SMEM), then each quarter of a row through warp_sum
+ * and the quarters added as (q0 + q1) + (q2 + q3), the same whatever the row count. (A warp_sum per row inside
+ * the partials' loop cost the 64-row producers ~4 us a call, session 12.) */
+static_assert(GT_OUT == QNORM_PART, "a block's outputs are one part of the residual's sums of squares");
+#define GT_SS_SMEM(nt) ((size_t)GT_OUT * 4 * (nt) * sizeof(float)) /* the squares of a block's rows */
 template <int Q, int NT>
 __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
-                                          int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last) {
+                                          int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last,
+                                          float *__restrict__ ss) {
+    extern __shared__ uint4 gt_smem[];
+    float *sq = (float *)gt_smem; /* ss: [row - row0][GT_OUT] */
     float *dst = S > 1 ? part + (int64_t)s * n * W.n_out : y;
+    const bool add = ss && S == 1; /* one slice: its sums go straight into the residual */
     const int g = lane >> 2, t = lane & 3;
     if (wact) {
 #pragma unroll
@@ -396,47 +444,70 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
             if (T >= nt) break;
             const int r = row0 + 4 * T + t;
             const float v0 = Q ? acc[T][0] : acc[T][0] + acc[T][1], v1 = Q ? acc[T][1] : acc[T][2] + acc[T][3];
+            float *d = dst + (int64_t)r * W.n_out + o0 + g;
             if (r < n) {
-                if (o0 + g < W.n_out) dst[(int64_t)r * W.n_out + o0 + g] = v0;
-                if (o0 + g + 8 < W.n_out) dst[(int64_t)r * W.n_out + o0 + g + 8] = v1;
+                if (o0 + g < W.n_out) d[0] = add ? d[0] + v0 : v0;
+                if (o0 + g + 8 < W.n_out) d[8] = add ? d[8] + v1 : v1;
             }
         }
     }
-    if (S == 1) return;
-    /* One ordering point, in the thread that takes the ticket: the barrier orders every thread's partial
-     * before it and release is cumulative (PTX memory model), so the block's partials are visible before its
-     * ticket; acquire orders the last block's reads (after the second barrier) after everyone's partials.
-     * GT_TICKET_ACQREL 0: a sequentially consistent fence on each side instead (MEMBAR.SC.GPU; a fence in
-     * every thread was 9 % of a small matmul's samples, ncu). */
-    __syncthreads();
-    if (threadIdx.x == 0) {
+    if (S == 1) {
+        if (!ss) return;
+        __syncthreads(); /* the block's new values are written (read back below) and the shared memory is free */
+    } else {
+        /* One ordering point, in the thread that takes the ticket: the barrier orders every thread's partial
+         * before it and release is cumulative (PTX memory model), so the block's partials are visible before
+         * its ticket; acquire orders the last block's reads (after the second barrier) after everyone's
+         * partials. GT_TICKET_ACQREL 0: a sequentially consistent fence on each side instead (MEMBAR.SC.GPU;
+         * a fence in every thread was 9 % of a small matmul's samples, ncu). */
+        __syncthreads();
+        if (threadIdx.x == 0) {
 #if GT_TICKET_ACQREL
-        unsigned prev;
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(tick + bx) : "memory");
-        *last = prev == (unsigned)(S - 1);
+            unsigned prev;
+            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(tick + bx) : "memory");
+            *last = prev == (unsigned)(S - 1);
 #else
-        __threadfence();
-        *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);
-        __threadfence();
+            __threadfence();
+            *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);
+            __threadfence();
 #endif
+        }
+        __syncthreads();
+        if (!*last) return;
+        if (threadIdx.x == 0) tick[bx] = 0; /* ready for the next call */
     }
-    __syncthreads();
-    if (!*last) return;
     const int rows_here = min(4 * NT, n - row0);
     for (int i = threadIdx.x; i < GT_OUT * rows_here; i += GT_THREADS) {
         const int64_t o = ob * GT_OUT + (i % GT_OUT), r = row0 + i / GT_OUT;
-        if (o >= W.n_out) continue;
-        const int64_t idx = r * W.n_out + o, stride = (int64_t)n * W.n_out;
-        float p[GT_MAX_SPLIT]; /* every load out first, then the sum in slice order */
+        float v = 0.0f;
+        if (o < W.n_out) {
+            const int64_t idx = r * W.n_out + o, stride = (int64_t)n * W.n_out;
+            if (S == 1) {
+                v = y[idx];
+            } else {
+                const float res = ss ? y[idx] : 0.0f;
+                float p[GT_MAX_SPLIT]; /* every load out first, then the sum in slice order */
 #pragma unroll
-        for (int q = 0; q < GT_MAX_SPLIT; q++) p[q] = q < S ? __ldcg(part + q * stride + idx) : 0.0f;
-        float v = p[0];
+                for (int q = 0; q < GT_MAX_SPLIT; q++) p[q] = q < S ? __ldcg(part + q * stride + idx) : 0.0f;
+                v = p[0];
 #pragma unroll
-        for (int q = 1; q < GT_MAX_SPLIT; q++)
-            if (q < S) v += p[q];
-        y[idx] = v;
+                for (int q = 1; q < GT_MAX_SPLIT; q++)
+                    if (q < S) v += p[q];
+                if (ss) v = res + v;
+                y[idx] = v;
+            }
+        }
+        if (ss) sq[i] = v * v;
     }
-    if (threadIdx.x == 0) tick[bx] = 0; /* ready for the next call */
+    if (!ss) return;
+    __syncthreads();
+    const int64_t parts = (W.n_out + GT_OUT - 1) / GT_OUT;
+    for (int j = threadIdx.x >> 5; j < rows_here; j += GT_WARPS) {
+        float q[GT_OUT / 32];
+#pragma unroll
+        for (int c = 0; c < GT_OUT / 32; c++) q[c] = warp_sum(sq[j * GT_OUT + 32 * c + lane]);
+        if (lane == 0) ss[(row0 + j) * parts + ob] = (q[0] + q[1]) + (q[2] + q[3]);
+    }
 }
 
 /* One launch for up to GT_JOB weights that share the input rows (the projections of one block): block
@@ -450,8 +521,9 @@ struct gt_job {
     int S[GT_JOB], start[GT_JOB + 1];
     int count;
     const uint4 *xs; /* x split by gemv_split_kernel (many rows), or NULL: each block stages its slice */
-    qglu glu;        /* x's gate (act 0, as zeroed: none), applied where x is staged or split */
+    gt_input in;     /* x's gate or norm, applied where x is staged or split */
     const float *Xs;
+    float *ss;       /* resid_matmul (one weight): y is the residual, ss its sums of squares (gt_finish) */
 };
 
 template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
@@ -533,7 +605,7 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
 
 /* PRE: x comes split (job.xs), else each block stages its slice. MINB: blocks per SM the registers are
  * budgeted for (GT_LEAN_BLOCKS: the lean variant, a shorter ring). */
-template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, bool GLU = false>
+template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, int IN = GT_IN_X>
 __global__ void __launch_bounds__(GT_THREADS, MINB)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
@@ -551,7 +623,7 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
     if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
-    else gt_stage<Q, GLU>(x, job.glu, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS);
+    else gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS);
     __syncthreads();
 
     float acc[NT][4];
@@ -569,7 +641,8 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
                                      sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
                                      P.bb0, P.bb8, P.ub, lane, acc);
     }
-    gt_finish<Q, NT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane, P.bx, &last);
+    gt_finish<Q, NT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane, P.bx, &last,
+                     job.ss);
 }
 
 #include "cuda_gemv_wide.cuh"

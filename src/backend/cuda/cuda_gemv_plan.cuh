@@ -107,11 +107,12 @@ static inline int gt_lean_on(void) {
 template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
+template <int Q, int IN> static inline cudaError_t gt_attr_in(cudaError_t e) {
+    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, IN>, e);
+    return gt_attr(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, IN>, e);
+}
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
-    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, true>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, true>, e);
-    e = gt_attr(gemv_tc_kernel<Q, 1, false>, e);
+    e = gt_attr_in<Q, GT_IN_NORM>(gt_attr_in<Q, GT_IN_GLU>(gt_attr_in<Q, GT_IN_X>(e)));
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
     return gt_attr(gemv_tc_kernel<Q, 2, true>, e);
 }
@@ -137,15 +138,19 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
         if (nt == 8) return cu_launch(gemv_wide_kernel<Q, 8>, blocks, GT_THREADS, gw_cfg<Q, 8>::SMEM, st, n, job);
         return cu_launch(gemv_wide_kernel<Q, 16>, blocks, GT_THREADS, gw_cfg<Q, 16>::SMEM, st, n, job);
     }
-    /* x staged by each block (n <= 4: nt = 1) with its gate or without (a template parameter: a run-time branch
-     * in the staging once cost the bf16 kernel ~1.8x, session 3), or split once */
-    const bool glu = job.glu.act != 0;
+    /* x staged by each block (n <= 4: nt = 1) as it is, gated or normalised (a template parameter: a run-time
+     * branch in the staging once cost the bf16 kernel ~1.8x, session 3), or split once */
     typedef void (*kernel_fn)(const float *, int, const gt_job);
-    kernel_fn k = job.xs ? (nt == 1 ? gemv_tc_kernel<Q, 1, true> : gemv_tc_kernel<Q, 2, true>)
-                         : (glu ? gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, true> : gemv_tc_kernel<Q, 1, false>);
+    const int in = job.in.glu.act ? GT_IN_GLU : job.in.ss ? GT_IN_NORM : GT_IN_X;
     /* more than a wave at the budget's blocks per SM: the lean variant */
-    if (!job.xs && gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms()))
-        k = glu ? gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, true> : gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>;
+    const bool lean = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms());
+    kernel_fn k = lean ? (in == GT_IN_GLU    ? gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, GT_IN_GLU>
+                          : in == GT_IN_NORM ? gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, GT_IN_NORM>
+                                             : gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>)
+                       : (in == GT_IN_GLU    ? gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_GLU>
+                          : in == GT_IN_NORM ? gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_NORM>
+                                             : gemv_tc_kernel<Q, 1, false>);
+    if (job.xs) k = nt == 1 ? gemv_tc_kernel<Q, 1, true> : gemv_tc_kernel<Q, 2, true>;
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
@@ -156,19 +161,39 @@ static inline bool gemv_tc_glu_ok(const qglu &glu, int64_t n_in) {
            n_in % glu.dim == 0 && glu.g_stride % 4 == 0 && glu.g_stride >= glu.dim && ((uintptr_t)glu.g & 15) == 0;
 }
 
+/* Whether x can enter the tensor-core kernels normalised by nm (qnorm): the norm weights' 16-byte loads. */
+static inline bool gemv_tc_norm_ok(const qnorm &nm) { return nm.ss && ((uintptr_t)nm.w & 15) == 0; }
+
+/* What a launch does besides the product (gemv_tc_launch_multi): x gated (glu) or normalised (norm), and the
+ * residual boundary's producer (ss: y[0] is the residual; one weight). NULL: nothing. */
+struct gt_extra {
+    const qglu *glu;
+    const qnorm *norm;
+    float *ss;
+};
+
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
- * weights sharing x (gated by glu when glu is not NULL: gemv_tc_glu_ok); part[i] and tick[i] as
+ * weights sharing x (gated or normalised as ex says: gemv_tc_glu_ok, gemv_tc_norm_ok); part[i] and tick[i] as
  * gemv_tc_part_floats and gemv_tc_ticks (with this launch's gemv_tc_job_tiles: a weight that alone would take
  * more tiles has more row chunks here) ask for W[i], pre as gemv_tc_pre_bytes asks. Returns the launch error. */
 static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
                                                float *const *y, float *const *part, unsigned *const *tick, void *pre,
-                                               cudaStream_t st, const qglu *glu = NULL) {
-    if (count < 1 || count > GT_JOB) return cudaErrorInvalidValue;
+                                               cudaStream_t st, const gt_extra &ex = gt_extra()) {
+    if (count < 1 || count > GT_JOB || (ex.glu && ex.norm)) return cudaErrorInvalidValue;
     gt_job job;
     memset(&job, 0, sizeof job);
-    if (glu) {
-        if (!gemv_tc_glu_ok(*glu, W[0]->n_in)) return cudaErrorInvalidValue;
-        job.glu = *glu;
+    if (ex.glu) {
+        if (!gemv_tc_glu_ok(*ex.glu, W[0]->n_in)) return cudaErrorInvalidValue;
+        job.in.glu = *ex.glu;
+    }
+    if (ex.norm) {
+        if (!gemv_tc_norm_ok(*ex.norm)) return cudaErrorInvalidValue;
+        job.in.ss = ex.norm->ss, job.in.nw = ex.norm->w, job.in.eps = ex.norm->eps;
+        job.in.parts = (int)((W[0]->n_in + QNORM_PART - 1) / QNORM_PART);
+    }
+    if (ex.ss) {
+        if (count != 1) return cudaErrorInvalidValue;
+        job.ss = ex.ss;
     }
     if (gemv_tc_pre_bytes(W[0], n) > 0) {
         const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * GT_STAGE_ITEMS;
@@ -177,10 +202,15 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
         const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
-        void (*split)(const float *, const qglu, int, int64_t, uint4 *, float *) =
-            kind == 0 ? (job.glu.act ? gemv_split_kernel<0, true> : gemv_split_kernel<0, false>)
-                      : (job.glu.act ? gemv_split_kernel<64, true> : gemv_split_kernel<64, false>);
-        const cudaError_t e = cu_launch(split, blocks, 256, 0, st, x, job.glu, n, W[0]->n_in, (uint4 *)pre,
+        const int in = job.in.glu.act ? GT_IN_GLU : job.in.ss ? GT_IN_NORM : GT_IN_X;
+        void (*split)(const float *, const gt_input, int, int64_t, uint4 *, float *) =
+            kind == 0 ? (in == GT_IN_GLU    ? gemv_split_kernel<0, GT_IN_GLU>
+                         : in == GT_IN_NORM ? gemv_split_kernel<0, GT_IN_NORM>
+                                            : gemv_split_kernel<0, GT_IN_X>)
+                      : (in == GT_IN_GLU    ? gemv_split_kernel<64, GT_IN_GLU>
+                         : in == GT_IN_NORM ? gemv_split_kernel<64, GT_IN_NORM>
+                                            : gemv_split_kernel<64, GT_IN_X>);
+        const cudaError_t e = cu_launch(split, blocks, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre,
                                         (float *)job.Xs);
         if (e != cudaSuccess) return e;
     }
@@ -194,6 +224,7 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         blocks += ((W[i]->n_out + GT_OUT - 1) / GT_OUT) * ((n + 4 * nt - 1) / (4 * nt)) * job.S[i];
         smem = std::max(smem, gemv_tc_smem(W[i], kind, nt));
     }
+    if (job.ss) smem = std::max(smem, GT_SS_SMEM(nt)); /* gt_finish's squares (the wide kernel's stages hold them) */
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     job.start[count] = (int)blocks;
     job.count = count;

@@ -36,6 +36,7 @@ template <int Q, int NT> struct gw_cfg {
     static constexpr int STAGES = 3 * STAGE_BYTES <= 112 * 1024 ? 3 : 2;
     static constexpr int SMEM = STAGES * STAGE_BYTES;
     static constexpr int MIN_BLOCKS = SMEM <= 112 * 1024 ? 2 : 1;
+    static_assert(SMEM >= GT_SS_SMEM(NT), "gt_finish keeps the squares of the block's rows in the stages");
 };
 
 /* Issues the cp.async of units [u0, u0 + uc) of the block's tiles into the stage at shared address st
@@ -137,7 +138,8 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT>::MIN_BLOCKS)
         if (P.wact) gw_turn<Q, NT, false>(c, P, w, sb, lane, acc);
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
-    gt_finish<Q, NT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane, P.bx, &last);
+    gt_finish<Q, NT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane, P.bx, &last,
+                     job.ss);
 }
 
 #endif

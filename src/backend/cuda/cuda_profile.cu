@@ -128,18 +128,36 @@ static qstatus p_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, cons
     return s;
 }
 
-/* "what n_out1+n_out2... xn_in fmt" around a call of several weights */
-typedef qstatus (*multi_fn)(qbackend *, const float *, int, int, const qweight *const *, float *const *);
-static qstatus timed_multi(const char *what, qbackend *be, const float *x, int n, int count, const qweight *const *W,
-                           float *const *y, multi_fn real) {
+static qstatus p_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss) {
+    const int k = begin_w(be, !glu ? "matmul+resid" : glu->act == QGLU_SILU ? "swiglu+matmul+resid"
+                                                                             : "sigmoid+matmul+resid", W);
+    const qstatus s = P.real->resid_matmul(be, xin, glu, n, W, x, ss);
+    end(be, k);
+    return s;
+}
+
+/* "what n_out1+n_out2... xn_in fmt": the label of a call on several weights */
+static int begin_multi(qbackend *be, const char *what, int count, const qweight *const *W) {
     char name[64];
     int len = snprintf(name, sizeof name, "%s", what);
     for (int i = 0; i < count && len < (int)sizeof name; i++)
         len += snprintf(name + len, sizeof name - (size_t)len, "%s%lld", i ? "+" : " ", (long long)W[i]->n_out);
     if (count > 0 && len < (int)sizeof name)
         snprintf(name + len, sizeof name - (size_t)len, " x%lld %s", (long long)W[0]->n_in, fmt_name(W[0]));
-    const int k = begin(be, name);
+    return begin(be, name);
+}
+typedef qstatus (*multi_fn)(qbackend *, const float *, int, int, const qweight *const *, float *const *);
+static qstatus timed_multi(const char *what, qbackend *be, const float *x, int n, int count, const qweight *const *W,
+                           float *const *y, multi_fn real) {
+    const int k = begin_multi(be, what, count, W);
     const qstatus s = real(be, x, n, count, W, y);
+    end(be, k);
+    return s;
+}
+static qstatus p_norm_matmul_multi(qbackend *be, const float *x, const qnorm *nm, int n, int count,
+                                   const qweight *const *W, float *const *y) {
+    const int k = begin_multi(be, "norm+matmul_multi", count, W);
+    const qstatus s = P.real->norm_matmul_multi(be, x, nm, n, count, W, y);
     end(be, k);
     return s;
 }
@@ -195,6 +213,8 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     if (o.matmul_prefill_multi) o.matmul_prefill_multi = p_matmul_prefill_multi;
     if (o.swiglu_matmul_prefill) o.swiglu_matmul_prefill = p_swiglu_matmul_prefill;
     if (o.glu_matmul) o.glu_matmul = p_glu_matmul;
+    if (o.resid_matmul) o.resid_matmul = p_resid_matmul;
+    if (o.norm_matmul_multi) o.norm_matmul_multi = p_norm_matmul_multi;
     profiled = o;
     be->ops = &profiled;
     return Q_OK;
