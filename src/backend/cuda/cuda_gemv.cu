@@ -9,7 +9,8 @@
  * The tensor-core kernel's split-K partials, ticket counters and split rows (more than 4 rows) live in a
  * per-backend scratch that grows on demand (cu_gemv_scratch). Weights sharing x can go out in one launch
  * (cuda_matmul_multi); a gated x (swiglu's, the attention's output gate) is gated where the kernel stages it
- * (cuda_glu_matmul). */
+ * (cuda_glu_matmul); a residual boundary (backend.h's qnorm) is added and summed where the producer finishes
+ * (cuda_resid_matmul) and normalised where the consumers stage x (cuda_norm_matmul_multi). */
 #include <stdlib.h>
 
 #include "cuda_gemv.cuh"
