@@ -298,20 +298,6 @@ static void test_many_seqs(void) {
  * chunked rule: lengths 1, 63, 64, 65, 200 at pos0 0 and non-multiples of 64, nonzero states, one
  * recurrent seq in the same call; then EXACT(batch) (a seq alone) and EXACT(chunk) (two seqs cut at
  * their multiples of 64, the pieces sharing calls), bitwise on the GPU. */
-static double gdn_rel(const float *ref, const float *x, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)ref[i] - x[i]);
-        if (!(e <= num)) num = e;
-        if (fabs(ref[i]) > den) den = fabs(ref[i]);
-    }
-    return den > 0 ? num / den : num;
-}
-static void gdn_report(const char *name, double e, double tol) {
-    int ok = e <= tol;
-    printf("| %-40s | %9.2e | %7.0e | %s |\n", name, e, tol, ok ? "ok" : "FAIL");
-    ok ? n_pass++ : n_fail++;
-}
 static void gdn_chunked_case(qgdn_dims d, float gmax) {
     enum { NS = 6 };
     const int lens[NS] = {200, 65, 64, 63, 1, 3}, pos0s[NS] = {0, 100, 37, 64, 5, 50}, chk[NS] = {1, 1, 1, 1, 1, 0};
@@ -339,22 +325,22 @@ static void gdn_chunked_case(qgdn_dims d, float gmax) {
     float *sc = malloc(Sn * 4), *s2 = malloc(Sn * 4);
     OK(cpu->ops->download(cpu, oc, o.c, (size_t)n * no * 4));
     OK(gpu->ops->download(gpu, og, o.g, (size_t)n * no * 4));
-    double eo = gdn_rel(oc, og, (size_t)(n - lens[5]) * no); /* the chunked seqs: every row before the last seq */
+    double eo = rel_err(oc, og, (size_t)(n - lens[5]) * no); /* the chunked seqs: every row before the last seq */
     double es = 0;
     for (int s = 0; s < NS; s++) {
         OK(cpu->ops->download(cpu, sc, Sc[s], Sn * 4));
         OK(gpu->ops->download(gpu, Sgpu[s], Sg[s], Sn * 4));
-        if (chk[s]) { double e = gdn_rel(sc, Sgpu[s], Sn); if (e > es) es = e; }
+        if (chk[s]) { double e = rel_err(sc, Sgpu[s], Sn); if (e > es) es = e; }
     }
     char nm[96];
     snprintf(nm, sizeof nm, "gdn chunked %d/%d dk%d dv%d g>-%g out", d.n_k_heads, Hv, d.k_dim, d.v_dim, (double)gmax);
     /* bf16 prefill mode: one tf32 product (operands rounded to 11 bits) where the split sums three */
     const double tol = cuda_flash_precision() == FLASH_SPLIT ? 1e-5 : 5e-3;
-    gdn_report(nm, eo, tol);
+    expect_err(nm, eo, tol);
     snprintf(nm, sizeof nm, "gdn chunked %d/%d dk%d dv%d g>-%g state", d.n_k_heads, Hv, d.k_dim, d.v_dim, (double)gmax);
-    gdn_report(nm, es, tol);
-    double er = gdn_rel(oc + (size_t)(n - lens[5]) * no, og + (size_t)(n - lens[5]) * no, (size_t)lens[5] * no);
-    gdn_report("gdn recurrent seq in a chunked call", er, 1e-4);
+    expect_err(nm, es, tol);
+    double er = rel_err(oc + (size_t)(n - lens[5]) * no, og + (size_t)(n - lens[5]) * no, (size_t)lens[5] * no);
+    expect_err("gdn recurrent seq in a chunked call", er, 1e-4);
     /* EXACT(batch): seq 1 alone, from its first state */
     OK(gpu->ops->upload(gpu, Sg[1], S0[1], Sn * 4));
     OK(gpu->ops->gated_delta(gpu, x.g, g.g, be.g, &seqs[1], 1, &Sg[1], d, o.g));

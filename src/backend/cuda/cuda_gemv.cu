@@ -168,19 +168,24 @@ static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const q
     return Q_OK;
 }
 
-/* The gate goes into the tensor-core kernels' staging where the layout allows (gemv_tc_glu_ok); else
- * cuda_glu gates x in place and the plain matmul follows. Either way the same bits. */
+/* A gate of x for W (op `op`): its vectors must tile n_in. It goes into the tensor-core kernels' staging where
+ * the weight and the layout allow (gemv_tc_glu_ok); else cuda_glu gates x in place and *glu becomes NULL (the
+ * plain product follows). Either way the same bits. */
+static qstatus glu_prepare(qbackend *be, const char *op, float *x, const qglu **glu, int n, const qweight *W) {
+    const qglu *g = *glu;
+    if (!g) return Q_OK;
+    if (g->dim <= 0 || W->n_in % g->dim)
+        return q_fail(Q_EINVAL, "cuda %s: gate vectors of %d for n_in %lld", op, g->dim, (long long)W->n_in);
+    if (gemv_tc_kind(W) >= 0 && gemv_tc_glu_ok(*g, W->n_in)) return Q_OK;
+    *glu = NULL;
+    return cuda_glu(be, x, g, (int64_t)n * (W->n_in / g->dim));
+}
+
 qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y) {
     if (n <= 0) return Q_OK;
-    if (glu->dim <= 0 || W->n_in % glu->dim)
-        return q_fail(Q_EINVAL, "cuda glu_matmul: gate vectors of %d for n_in %lld", glu->dim, (long long)W->n_in);
     Q_TRY(check_weight(W));
-    const int kind = gemv_tc_kind(W);
-    if (kind < 0 || !gemv_tc_glu_ok(*glu, W->n_in)) {
-        Q_TRY(cuda_glu(be, x, glu, (int64_t)n * (W->n_in / glu->dim)));
-        return cuda_matmul(be, x, n, W, y);
-    }
-    return tc_launch(be, x, n, 1, &W, &y, kind, {glu, NULL, NULL});
+    Q_TRY(glu_prepare(be, "glu_matmul", x, &glu, n, W));
+    return glu ? tc_launch(be, x, n, 1, &W, &y, gemv_tc_kind(W), {glu, NULL, NULL}) : cuda_matmul(be, x, n, W, y);
 }
 
 /* Weights of one tensor-core kind go out in one launch (each keeping its own split, partials and
@@ -215,12 +220,7 @@ qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, cons
     if (!cuda_norm_fusable(W))
         return q_fail(Q_EINVAL, "cuda resid_matmul: a %lldx%lld weight of this format cannot be fused",
                       (long long)W->n_out, (long long)W->n_in);
-    if (glu && (glu->dim <= 0 || W->n_in % glu->dim))
-        return q_fail(Q_EINVAL, "cuda resid_matmul: gate vectors of %d for n_in %lld", glu->dim, (long long)W->n_in);
-    if (glu && !gemv_tc_glu_ok(*glu, W->n_in)) { /* gated in place first, as cuda_glu_matmul does */
-        Q_TRY(cuda_glu(be, xin, glu, (int64_t)n * (W->n_in / glu->dim)));
-        glu = NULL;
-    }
+    Q_TRY(glu_prepare(be, "resid_matmul", xin, &glu, n, W));
     return tc_launch(be, xin, n, 1, &W, &x, gemv_tc_kind(W), {glu, NULL, ss});
 }
 

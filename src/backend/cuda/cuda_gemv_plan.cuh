@@ -103,16 +103,28 @@ static inline int gt_lean_on(void) {
     return cu_env_on("QUILL_CUDA_GEMV_LEAN", &on);
 }
 
+/* The one-tile kernel that stages its own x, of input kind `in` (gt_in_kind). */
+typedef void (*kernel_fn)(const float *, int, const gt_job);
+template <int Q, int MINB> static inline kernel_fn gt_staging_kernel(int in) {
+    return in == GT_IN_GLU    ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GLU>
+           : in == GT_IN_NORM ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_NORM>
+                              : gemv_tc_kernel<Q, 1, false, MINB, GT_IN_X>;
+}
+/* The split-once kernel of input kind `in` (the 4-bit groups share one layout: Q = 64). */
+typedef void (*split_fn)(const float *, const gt_input, int, int64_t, uint4 *, float *);
+template <int Q> static inline split_fn gt_split_kernel(int in) {
+    return in == GT_IN_GLU    ? gemv_split_kernel<Q, GT_IN_GLU>
+           : in == GT_IN_NORM ? gemv_split_kernel<Q, GT_IN_NORM>
+                              : gemv_split_kernel<Q, GT_IN_X>;
+}
+
 /* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */
 template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
-template <int Q, int IN> static inline cudaError_t gt_attr_in(cudaError_t e) {
-    e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, IN>, e);
-    return gt_attr(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, IN>, e);
-}
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
-    e = gt_attr_in<Q, GT_IN_NORM>(gt_attr_in<Q, GT_IN_GLU>(gt_attr_in<Q, GT_IN_X>(e)));
+    for (int in = GT_IN_X; in <= GT_IN_NORM; in++)
+        e = gt_attr(gt_staging_kernel<Q, GT_MIN_BLOCKS>(in), gt_attr(gt_staging_kernel<Q, GT_LEAN_BLOCKS>(in), e));
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
     return gt_attr(gemv_tc_kernel<Q, 2, true>, e);
 }
@@ -140,17 +152,11 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
     }
     /* x staged by each block (n <= 4: nt = 1) as it is, gated or normalised (a template parameter: a run-time
      * branch in the staging once cost the bf16 kernel ~1.8x, session 3), or split once */
-    typedef void (*kernel_fn)(const float *, int, const gt_job);
-    const int in = job.in.glu.act ? GT_IN_GLU : job.in.ss ? GT_IN_NORM : GT_IN_X;
-    /* more than a wave at the budget's blocks per SM: the lean variant */
-    const bool lean = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms());
-    kernel_fn k = lean ? (in == GT_IN_GLU    ? gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, GT_IN_GLU>
-                          : in == GT_IN_NORM ? gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS, GT_IN_NORM>
-                                             : gemv_tc_kernel<Q, 1, false, GT_LEAN_BLOCKS>)
-                       : (in == GT_IN_GLU    ? gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_GLU>
-                          : in == GT_IN_NORM ? gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_NORM>
-                                             : gemv_tc_kernel<Q, 1, false>);
-    if (job.xs) k = nt == 1 ? gemv_tc_kernel<Q, 1, true> : gemv_tc_kernel<Q, 2, true>;
+    kernel_fn k = nt == 1 ? gemv_tc_kernel<Q, 1, true> : gemv_tc_kernel<Q, 2, true>;
+    if (!job.xs) /* more than a wave at the budget's blocks per SM: the lean variant */
+        k = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms())
+                ? gt_staging_kernel<Q, GT_LEAN_BLOCKS>(gt_in_kind(job.in))
+                : gt_staging_kernel<Q, GT_MIN_BLOCKS>(gt_in_kind(job.in));
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
@@ -202,14 +208,8 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
         const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
-        const int in = job.in.glu.act ? GT_IN_GLU : job.in.ss ? GT_IN_NORM : GT_IN_X;
-        void (*split)(const float *, const gt_input, int, int64_t, uint4 *, float *) =
-            kind == 0 ? (in == GT_IN_GLU    ? gemv_split_kernel<0, GT_IN_GLU>
-                         : in == GT_IN_NORM ? gemv_split_kernel<0, GT_IN_NORM>
-                                            : gemv_split_kernel<0, GT_IN_X>)
-                      : (in == GT_IN_GLU    ? gemv_split_kernel<64, GT_IN_GLU>
-                         : in == GT_IN_NORM ? gemv_split_kernel<64, GT_IN_NORM>
-                                            : gemv_split_kernel<64, GT_IN_X>);
+        const int in = gt_in_kind(job.in);
+        const split_fn split = kind == 0 ? gt_split_kernel<0>(in) : gt_split_kernel<64>(in);
         const cudaError_t e = cu_launch(split, blocks, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre,
                                         (float *)job.Xs);
         if (e != cudaSuccess) return e;

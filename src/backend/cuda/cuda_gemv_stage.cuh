@@ -1,0 +1,160 @@
+/* cuda_gemv_stage.cuh: how x enters the decode matmul (cuda_gemv.cuh, which includes it): each f32 value split
+ * into bf16 hi and lo parts laid out as ready-made MMA B fragments, by each block for its K slice (gt_stage) or
+ * once for every block (gemv_split_kernel, whose layout the blocks copy: gt_copy), gated (qglu) or normalised
+ * (qnorm) on the way where the op asks for it. */
+#ifndef QUILL_CUDA_GEMV_STAGE_CUH
+#define QUILL_CUDA_GEMV_STAGE_CUH
+
+/* A gated input (op glu_matmul, GLU): x[v][d] enters as act(g[v * g_stride + d]) * x[v][d] (backend.h's qglu),
+ * the product rounded on its own, as cuda_swiglu (silu) and cuda_glu / cuda_mul_sigmoid (sigmoid) round it, so
+ * the staged values are bitwise those of the two launches it replaces. The plan checks the layout
+ * (gemv_tc_glu_ok: a lane's 16 or 8 values lie in one vector). */
+/* A normalised input (op norm_matmul_multi, NORM): x is the residual and enters as x * scale * w, the scale
+ * from the producer's sums of squares (backend.h's qnorm; gt_norm_scale adds them in one fixed order). */
+enum { GT_IN_X = 0, GT_IN_GLU = 1, GT_IN_NORM = 2 }; /* what x is: the input, gated, normalised */
+struct gt_input {
+    qglu glu;               /* GT_IN_GLU (act 0, as zeroed: not gated) */
+    const float *ss, *nw;   /* GT_IN_NORM (ss NULL: not normalised): sums of squares [n][parts], weights [K] */
+    float eps;
+    int parts;
+};
+__host__ __device__ inline int gt_in_kind(const gt_input &in) {
+    return in.glu.act ? GT_IN_GLU : in.ss ? GT_IN_NORM : GT_IN_X;
+}
+/* The norm's scale of row r (r < 0: none, the lane only takes part), by the four lanes t of a staging item
+ * together: lane t sums parts t, t + 4, ... in order (its loads out at once), and the four sums are added as
+ * (s0 + s1) + (s2 + s3), the same in every lane, block and row count. (One lane summing all the parts in
+ * order, a chain of dependent loads, cost the 9B's gate + up launch ~3 us, session 12.) */
+__device__ __forceinline__ float gt_norm_scale(const gt_input &in, int r, int t, int64_t K) {
+    float sum = 0.0f;
+    if (r >= 0) {
+        const float *ss = in.ss + (int64_t)r * in.parts;
+#pragma unroll 8
+        for (int p = t; p < in.parts; p += 4) sum += ss[p];
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    return rsqrtf(sum / (float)K + in.eps);
+}
+/* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. For tile T, unit u and
+ * lane L = (g, t) of the MMA: column g is row row0 + 4T + g/2, its hi part (g even) or lo part (g odd),
+ * at the K values lane t's weights hold; sx[((T*us + u)*KSU/2 + jp)*32 + L] = {b0, b1 of k-step 2jp,
+ * b0, b1 of k-step 2jp + 1}. 4-bit: sX[(T*us + u)*4 + g/2] = the unit's sum of (hi + lo) for that row.
+ * Item i = (T, row r of the tile, u, t), t fastest: one item loads its 16 (4-bit) or 8 (bf16) values of
+ * x once and writes both the hi and the lo column, and the items of rows past n (3 of 4 at one row) are
+ * whole warps that only write zeros. The caller's threads take items i0, i0 + stride, ... (whole
+ * warps: i0 % 32 = lane, stride % 32 = 0). */
+/* x's hi part (part 0, h[e] = bf16(x)) or lo part (part 1, bf16(x - hi)) as f32 */
+template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], const float (&h)[N], int e, int part) {
+    return part ? __bfloat162float(__float2bfloat16_rn(v[e] - h[e])) : h[e];
+}
+#define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
+template <int Q, int IN>
+__device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
+                                         int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
+    typedef gt_cfg<Q> C;
+    const int items = nt * us * GT_STAGE_ITEMS; /* < 2^31: checked where the split rows are launched */
+    const int lane = i0 & 31;
+    for (int i = i0; i - lane < items; i += stride) { /* warp-uniform: the shuffles below need the whole warp */
+        const int t = i & 3, ru = i >> 2, u = ru % us, Tr = ru / us, T = Tr >> 2, rr = Tr & 3;
+        const int r = row0 + 4 * T + rr;
+        const bool live = i < items && r < n; /* uniform over the 4 lanes of (T, r, u) */
+        float v[C::EPT], h[C::EPT]; /* x and its hi part; lo = bf16(v - h) where it is used */
+        float scale = 0.0f;
+        if constexpr (IN == GT_IN_NORM) scale = gt_norm_scale(in, live ? r : -1, t, K);
+        if (live) {
+            const int64_t k = (u0 + u) * C::UK + t * C::EPT;
+            const float4 *p = (const float4 *)(x + (int64_t)r * K + k);
+#pragma unroll
+            for (int q = 0; q < C::EPT / 4; q++) {
+                const float4 f = __ldg(p + q);
+                v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
+            }
+            if constexpr (IN == GT_IN_GLU) {
+                const qglu &glu = in.glu;
+                const int kk = (int)k, dim = glu.dim; /* < 2^31: K is (gt_locate) */
+                const int64_t vec = (int64_t)r * (K / dim) + kk / dim;
+                const float4 *gp = (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
+#pragma unroll
+                for (int q = 0; q < C::EPT / 4; q++) {
+                    const float4 f = __ldg(gp + q);
+                    v[4 * q] = __fmul_rn(glu_act(f.x, glu.act), v[4 * q]);
+                    v[4 * q + 1] = __fmul_rn(glu_act(f.y, glu.act), v[4 * q + 1]);
+                    v[4 * q + 2] = __fmul_rn(glu_act(f.z, glu.act), v[4 * q + 2]);
+                    v[4 * q + 3] = __fmul_rn(glu_act(f.w, glu.act), v[4 * q + 3]);
+                }
+            }
+            if constexpr (IN == GT_IN_NORM) {
+                const float4 *wp = (const float4 *)(in.nw + k);
+#pragma unroll
+                for (int q = 0; q < C::EPT / 4; q++) {
+                    const float4 f = __ldg(wp + q);
+                    v[4 * q] = v[4 * q] * scale * f.x, v[4 * q + 1] = v[4 * q + 1] * scale * f.y;
+                    v[4 * q + 2] = v[4 * q + 2] * scale * f.z, v[4 * q + 3] = v[4 * q + 3] * scale * f.w;
+                }
+            }
+#pragma unroll
+            for (int e = 0; e < C::EPT; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
+        }
+        if (i < items) {
+            const int tu = T * us + u;
+#pragma unroll
+            for (int part = 0; part < 2; part++) { /* the hi column (g = 2 rr), then the lo column (g = 2 rr + 1) */
+                const int L = (2 * rr + part) * 4 + t;
+#pragma unroll
+                for (int jp = 0; jp < C::KSU / 2; jp++) {
+                    uint32_t b[4] = {0u, 0u, 0u, 0u};
+                    if (live) {
+#pragma unroll
+                        for (int q = 0; q < 2; q++) { /* k-step j's element pairs, paired as the weight side pairs them */
+                            const int j = 2 * jp + q;
+                            const int e0 = Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j;
+                            const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
+                            b[2 * q] = cu_pack_bf16x2(gt_part(v, h, e0, part), gt_part(v, h, e0 + d, part));
+                            b[2 * q + 1] = cu_pack_bf16x2(gt_part(v, h, e1, part), gt_part(v, h, e1 + d, part));
+                        }
+                    }
+                    sx[((size_t)tu * (C::KSU / 2) + jp) * 32 + L] = make_uint4(b[0], b[1], b[2], b[3]);
+                }
+            }
+        }
+        if constexpr (Q != 0) {
+            float sum = 0.0f;
+            if (live) {
+#pragma unroll
+                for (int e = 0; e < C::EPT; e++) sum += h[e] + gt_part(v, h, e, 1);
+            }
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            if (i < items && t == 0) sX[(T * us + u) * 4 + rr] = sum;
+        }
+    }
+}
+
+/* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout
+ * with us = U) and each block copies its slice; the values are gt_stage's, so results do not change. */
+template <int Q, int IN>
+__global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const gt_input in, int n,
+                                                         int64_t K, uint4 *__restrict__ xs, float *__restrict__ Xs) {
+    cu_pdl_enter();
+    const int nt = (n + 3) / 4;
+    gt_stage<Q, IN>(x, in, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
+                     (int)(blockIdx.x * blockDim.x + threadIdx.x), (int)(gridDim.x * blockDim.x));
+}
+
+/* A block's slice of the split rows: tiles row0/4 .. + nt, units [u0, u0 + us) of U. */
+template <int Q>
+__device__ __forceinline__ void gt_copy(const uint4 *__restrict__ xs, const float *__restrict__ Xs, int64_t U, int row0,
+                                        int nt, int64_t u0, int us, uint4 *sx, float *sX) {
+    typedef gt_cfg<Q> C;
+    for (int T = 0; T < nt; T++) {
+        const int64_t tu0 = (int64_t)(row0 / 4 + T) * U + u0;
+        const uint4 *src = xs + tu0 * C::SXU;
+        uint4 *dst = sx + (size_t)T * us * C::SXU;
+        for (int i = threadIdx.x; i < us * C::SXU; i += GT_THREADS) dst[i] = __ldg(src + i);
+        if constexpr (Q != 0)
+            for (int i = threadIdx.x; i < us * 4; i += GT_THREADS) sX[T * us * 4 + i] = __ldg(Xs + tu0 * 4 + i);
+    }
+}
+
+#endif
