@@ -70,9 +70,12 @@
 #ifndef GT_DEPTH_BF16
 #define GT_DEPTH_BF16 4 /* bf16 units in flight per warp: 128 bytes per lane */
 #endif
-/* Row tiles (of 4 rows) per block at most: 1 or 2. Launches of more rows than these take gemv_wide_kernel
- * (cuda_gemv_wide.cuh), which fits more tiles to a block. */
+/* Row tiles (of 4 rows) per block at most: 1 or 2 (4 for tune_gemv, with GW_MIN_ROWS 16: 16 rows staged
+ * whole, session 13, mixed: 12288x4096 39.0 -> 37.3 us, the other shapes slower). Launches of more rows than
+ * these take gemv_wide_kernel (cuda_gemv_wide.cuh), which fits more tiles to a block. */
+#ifndef GT_MAX_TILES
 #define GT_MAX_TILES 2
+#endif
 
 /* Q = 0: bf16 (a unit is 32 values, 2 k-steps; a lane loads 16 bytes per row per unit).
  * Q = 64 or 128: 4-bit affine with that group (a unit is 64 codes, 4 k-steps; 8 bytes per lane). */

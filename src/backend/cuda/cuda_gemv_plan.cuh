@@ -126,6 +126,9 @@ template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
     for (int in = GT_IN_X; in <= GT_IN_NORM; in++)
         e = gt_attr(gt_staging_kernel<Q, GT_MIN_BLOCKS>(in), gt_attr(gt_staging_kernel<Q, GT_LEAN_BLOCKS>(in), e));
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
+#if GT_MAX_TILES >= 4
+    e = gt_attr(gemv_tc_kernel<Q, 4, true>, e);
+#endif
     return gt_attr(gemv_tc_kernel<Q, 2, true>, e);
 }
 template <int Q, int NT> static inline cudaError_t gw_attr(cudaError_t e) {
@@ -153,6 +156,9 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
     /* x staged by each block (n <= 4: nt = 1) as it is, gated or normalised (a template parameter: a run-time
      * branch in the staging once cost the bf16 kernel ~1.8x, session 3), or split once */
     kernel_fn k = nt == 1 ? gemv_tc_kernel<Q, 1, true> : gemv_tc_kernel<Q, 2, true>;
+#if GT_MAX_TILES >= 4
+    if (nt == 4) k = gemv_tc_kernel<Q, 4, true>;
+#endif
     if (!job.xs) /* more than a wave at the budget's blocks per SM: the lean variant */
         k = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms())
                 ? gt_staging_kernel<Q, GT_LEAN_BLOCKS>(gt_in_kind(job.in))
