@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""tests/cuda/ncu_step_table.py: the per-kernel table of the last decode step in an Nsight Compute CSV
+(--page raw with gpu__time_duration.sum, as tests/cuda/ncu_step.sh writes it, gzipped or not).
+
+The step is every kernel from the last embed_kernel (a decode step's first) to the end. Prints one row per
+kernel name (template arguments kept: they name the variant), its launches, microseconds and share.
+
+Usage: python3 tests/cuda/ncu_step_table.py CSV[.gz]"""
+import collections
+import csv
+import gzip
+import sys
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    path = sys.argv[1]
+    opener = gzip.open if path.endswith('.gz') else open
+    with opener(path, 'rt') as f:
+        rows = list(csv.reader(line for line in f if line.startswith('"')))
+    head, units = rows[0], rows[1]
+    ti, ni = head.index('gpu__time_duration.sum'), head.index('Kernel Name')
+    scale = {'ns': 1e-3, 'nsecond': 1e-3, 'us': 1.0, 'usecond': 1.0, 'ms': 1e3, 'msecond': 1e3}[units[ti]]
+    kernels = [(r[ni].split('(')[0], float(r[ti].replace(',', '')) * scale) for r in rows[2:] if len(r) > ti and r[ti]]
+    starts = [i for i, (name, _) in enumerate(kernels) if name == 'embed_kernel']
+    if not starts:
+        sys.exit('no embed_kernel: not a decode run')
+    step = kernels[starts[-1]:]
+    total = sum(t for _, t in step)
+    per = collections.defaultdict(lambda: [0, 0.0])
+    for name, t in step:
+        per[name][0] += 1
+        per[name][1] += t
+    print(f'{len(step)} kernels, {total:.1f} us of kernel time in the step')
+    print('| kernel | launches | us | share |')
+    print('|---|---|---|---|')
+    for name, (count, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+        print(f'| {name.replace("void ", "")} | {count} | {t:.1f} | {100 * t / total:.1f} % |')
+
+
+if __name__ == '__main__':
+    main()
