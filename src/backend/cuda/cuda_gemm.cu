@@ -256,26 +256,12 @@ static qstatus gemm_state(qbackend *be, cu_gemm **out) {
     return Q_OK;
 }
 
-/* Scratch: *p holds at least `elems` bf16 (grows; never shrinks). Waits for pending work first. */
-static qstatus grow(cuda_state *s, __nv_bfloat16 **p, __nv_bfloat16 **p2, size_t *cap, size_t elems, int two) {
-    if (elems <= *cap && (!two || *p2)) return Q_OK;
-    CU_TRY(cudaStreamSynchronize(s->stream), "matmul_prefill scratch");
-    size_t want = elems > *cap ? elems + elems / 4 : *cap;
-    cudaFree(*p);
-    cudaFree(*p2);
-    *p = *p2 = NULL;
-    *cap = 0;
-    cudaError_t e = cudaMalloc((void **)p, want * 2);
-    if (e == cudaSuccess && two) e = cudaMalloc((void **)p2, want * 2);
-    if (e != cudaSuccess) {
-        cudaGetLastError();
-        cudaFree(*p);
-        *p = NULL;
-        return q_fail(Q_ENOMEM, "cuda matmul_prefill scratch of %zu bytes: %s", want * 2 * (two ? 2 : 1),
-                      cudaGetErrorString(e));
-    }
-    *cap = want;
-    return Q_OK;
+/* bf16 scratch of at least elems values in *hi, and in *lo when two (cu_grow: grows with headroom, never
+ * shrinks, waits for pending work first). */
+static qstatus grow_pair(cuda_state *s, __nv_bfloat16 **hi, size_t *hi_bytes, __nv_bfloat16 **lo, size_t *lo_bytes,
+                         size_t elems, int two) {
+    Q_TRY(cu_grow(s, (void **)hi, hi_bytes, elems * 2, "matmul_prefill scratch"));
+    return two ? cu_grow(s, (void **)lo, lo_bytes, elems * 2, "matmul_prefill scratch") : Q_OK;
 }
 
 /* The shape's algorithm must take n rows as it is: checked once per n, never replaced. */
@@ -317,7 +303,7 @@ static qstatus split_x(qbackend *be, cu_gemm *g, const float *x, const float *up
     cuda_state *s = (cuda_state *)be->impl;
     const int split = g->mode == MODE_SPLIT;
     const int64_t nx = (int64_t)n * K;
-    Q_TRY(grow(s, &g->x_hi, &g->x_lo, &g->x_cap, (size_t)nx, split));
+    Q_TRY(grow_pair(s, &g->x_hi, &g->x_hi_bytes, &g->x_lo, &g->x_lo_bytes, (size_t)nx, split));
     __nv_bfloat16 *xl = split ? g->x_lo : NULL;
     if ((((uintptr_t)x | (uintptr_t)up) & 15) == 0)
         split_x4_kernel<<<ew_blocks(be, nx / 4), 256, 0, s->stream>>>((const float4 *)x, (const float4 *)up, nx / 4,
@@ -344,7 +330,8 @@ static qstatus weight_hi(qbackend *be, cu_gemm *g, const qweight *W, int64_t off
 /* Grows the weight scratch for `elems` dequantized elements (none when every weight is bf16). */
 static qstatus grow_w(qbackend *be, cu_gemm *g, int64_t elems) {
     if (elems == 0) return Q_OK;
-    return grow((cuda_state *)be->impl, &g->w_hi, &g->w_lo, &g->w_cap, (size_t)elems, g->mode == MODE_SPLIT);
+    return grow_pair((cuda_state *)be->impl, &g->w_hi, &g->w_hi_bytes, &g->w_lo, &g->w_lo_bytes, (size_t)elems,
+                     g->mode == MODE_SPLIT);
 }
 
 /* The bf16 operands of a one-weight prompt call (the cuBLASLt path). */
