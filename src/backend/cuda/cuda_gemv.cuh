@@ -272,6 +272,22 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
     }
 }
 
+/* The first s < SMAX of an output's S partials (S a power of two, gemv_tc_split), every load out first, then
+ * added in slice order. The many-row finish takes one template per S (SMAX = S): one loop over GT_MAX_SPLIT
+ * predicated slices cost it ~110 instructions an output (ncu, session 13). */
+static_assert(GT_MAX_SPLIT == 16, "gt_finish picks gt_sum_slices for S = 2, 4, 8, 16");
+template <int SMAX>
+__device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int64_t stride, int S = SMAX) {
+    float v[SMAX];
+#pragma unroll
+    for (int q = 0; q < SMAX; q++) v[q] = q < S ? __ldcg(p + q * stride) : 0.0f;
+    float sum = v[0];
+#pragma unroll
+    for (int q = 1; q < SMAX; q++)
+        if (q < S) sum += v[q];
+    return sum;
+}
+
 #ifndef GT_TICKET_ACQREL
 #define GT_TICKET_ACQREL 1
 #endif
@@ -285,7 +301,7 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
  * the partials' loop cost the 64-row producers ~4 us a call, session 12.) */
 static_assert(GT_OUT == QNORM_PART, "a block's outputs are one part of the residual's sums of squares");
 #define GT_SS_SMEM(nt) ((size_t)GT_OUT * 4 * (nt) * sizeof(float)) /* the squares of a block's rows */
-template <int Q, int NT>
+template <int Q, int NT, bool WIDE = false>
 __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
                                           int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last,
@@ -343,13 +359,12 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
                 v = y[idx];
             } else {
                 const float res = ss ? y[idx] : 0.0f;
-                float p[GT_MAX_SPLIT]; /* every load out first, then the sum in slice order */
-#pragma unroll
-                for (int q = 0; q < GT_MAX_SPLIT; q++) p[q] = q < S ? __ldcg(part + q * stride + idx) : 0.0f;
-                v = p[0];
-#pragma unroll
-                for (int q = 1; q < GT_MAX_SPLIT; q++)
-                    if (q < S) v += p[q];
+                const float *pp = part + idx;
+                if (WIDE) /* a template per S (below); in the one-row kernels it cost the bf16 head 8 % */
+                    v = S == 2 ? gt_sum_slices<2>(pp, stride) : S == 4 ? gt_sum_slices<4>(pp, stride)
+                        : S == 8 ? gt_sum_slices<8>(pp, stride) : gt_sum_slices<16>(pp, stride);
+                else
+                    v = gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
                 if (ss) v = res + v;
                 y[idx] = v;
             }

@@ -55,7 +55,7 @@ __device__ __forceinline__ void gw_stage_load(uint32_t st, const uint4 *__restri
     const int have = uc * C::SXU;
 #pragma unroll
     for (int k = 0; k < NT * TU / GT_THREADS; k++) {
-        const int p = threadIdx.x + k * GT_THREADS, T = p / TU, j = p % TU;
+        const int p = (int)(threadIdx.x % GT_THREADS) + k * GT_THREADS, T = p / TU, j = p % TU; /* constants */
         const bool ok = T < live && j < have;
         cu_cp_async16(st + 16u * p, ok ? src + T * ts + j : xs, ok);
     }
@@ -138,8 +138,8 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT>::MIN_BLOCKS)
         if (P.wact) gw_turn<Q, NT, false>(c, P, w, sb, lane, acc);
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
-    gt_finish<Q, NT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane, P.bx, &last,
-                     job.ss);
+    gt_finish<Q, NT, true>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane, P.bx,
+                           &last, job.ss);
 }
 
 #endif
