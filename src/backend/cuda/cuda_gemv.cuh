@@ -301,7 +301,7 @@ __device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int6
  * the partials' loop cost the 64-row producers ~4 us a call, session 12.) */
 static_assert(GT_OUT == QNORM_PART, "a block's outputs are one part of the residual's sums of squares");
 #define GT_SS_SMEM(nt) ((size_t)GT_OUT * 4 * (nt) * sizeof(float)) /* the squares of a block's rows */
-template <int Q, int NT, bool WIDE = false>
+template <int Q, int NT, bool SUM_BY_S>
 __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
                                           int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last,
@@ -360,7 +360,7 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
             } else {
                 const float res = ss ? y[idx] : 0.0f;
                 const float *pp = part + idx;
-                if (WIDE) /* a template per S (below); in the one-row kernels it cost the bf16 head 8 % */
+                if (SUM_BY_S) /* a template per S (below): many rows and 4-bit; bf16 one-row keeps the loop (head +8 %) */
                     v = S == 2 ? gt_sum_slices<2>(pp, stride) : S == 4 ? gt_sum_slices<4>(pp, stride)
                         : S == 8 ? gt_sum_slices<8>(pp, stride) : gt_sum_slices<16>(pp, stride);
                 else
@@ -513,8 +513,8 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
                                      sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
                                      P.bb0, P.bb8, P.ub, lane, acc);
     }
-    gt_finish<Q, NT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane, P.bx, &last,
-                     job.ss);
+    gt_finish<Q, NT, Q != 0>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane, P.bx,
+                             &last, job.ss);
 }
 
 #include "cuda_gemv_wide.cuh"
