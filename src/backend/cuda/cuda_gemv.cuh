@@ -92,10 +92,8 @@ template <int Q> struct gt_cfg {
 
 __device__ __forceinline__ void gt_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                        uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                 "{%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    const uint32_t a[4] = {a0, a1, a2, a3};
+    cu_mma_bf16(c, a, b0, b1);
 }
 
 /* c = a b + 0 (a fresh accumulator): the zero goes in as constants, so ptxas can take the zero register
