@@ -90,6 +90,7 @@ template <int Q> struct gt_cfg {
     static constexpr int TILE_UNIT_BYTES = SXU * 16 + (Q ? 16 : 0); /* + the 4 rows' X sums */
 };
 
+/* c += a b (cuda_mma.cuh's cu_mma_bf16) with the A fragment as four registers, as the units hold it. */
 __device__ __forceinline__ void gt_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                        uint32_t b0, uint32_t b1) {
     const uint32_t a[4] = {a0, a1, a2, a3};
