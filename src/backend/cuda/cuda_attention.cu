@@ -63,6 +63,19 @@ __global__ void kv_write_kernel(const float *__restrict__ k, const float *__rest
                  vc + (int64_t)(pos0 + r) * width, width);
 }
 
+/* One key's step of the online softmax for one query head: its score s and the lane's per values of its V
+ * row vr update the running max m, sum l and the lane's part of the weighted V sum acc. */
+__device__ __forceinline__ void att_online(float s, const float (&vr)[ATT_MAX_PER_LANE], int per,
+                                           float (&acc)[ATT_MAX_PER_LANE], float &m, float &l) {
+    const float m_new = fmaxf(m, s);
+    const float corr = expf(m - m_new), e = expf(s - m_new);
+    l = l * corr + e;
+#pragma unroll
+    for (int c = 0; c < ATT_MAX_PER_LANE; c++)
+        if (c < per) acc[c] = acc[c] * corr + e * vr[c];
+    m = m_new;
+}
+
 /* The block's ATT_WARPS warps attend one query head (qr, dim values) to the keys [start, end) of kv
  * head kvh: warp w takes keys start + w, start + w + ATT_WARPS, ... with an online softmax (running
  * max m, sum l, and a dim-vector held dim/32 per lane); the warps' results merge in warp order.
@@ -87,15 +100,11 @@ __device__ void block_attend(const float *__restrict__ qr, const T *__restrict__
 #pragma unroll
         for (int c = 0; c < ATT_MAX_PER_LANE; c++)
             if (c < per) d = fmaf(qv[c], kv_get(kj + lane + 32 * c), d);
-        const float s = warp_sum(d) * scale;
-        const float m_new = fmaxf(m, s);
-        const float corr = expf(m - m_new), e = expf(s - m_new);
-        l = l * corr + e;
         const T *vj = vc + ((int64_t)j * n_kv + kvh) * dim;
+        float vr[ATT_MAX_PER_LANE];
 #pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) acc[c] = acc[c] * corr + e * kv_get(vj + lane + 32 * c);
-        m = m_new;
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) vr[c] = c < per ? kv_get(vj + lane + 32 * c) : 0.0f;
+        att_online(warp_sum(d) * scale, vr, per, acc, m, l);
     }
     if (lane == 0) {
         part_m[warp] = m;
@@ -237,16 +246,7 @@ __device__ __forceinline__ void att_accumulate(const float (&d)[ATT_GROUP], cons
                                                float scale, int per, float (&acc)[ATT_GROUP][ATT_MAX_PER_LANE],
                                                float (&m)[ATT_GROUP], float (&l)[ATT_GROUP]) {
 #pragma unroll
-    for (int hh = 0; hh < ATT_GROUP; hh++) {
-        const float s = d[hh] * scale;
-        const float m_new = fmaxf(m[hh], s);
-        const float corr = expf(m[hh] - m_new), e = expf(s - m_new);
-        l[hh] = l[hh] * corr + e;
-#pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) acc[hh][c] = acc[hh][c] * corr + e * vr[c];
-        m[hh] = m_new;
-    }
+    for (int hh = 0; hh < ATT_GROUP; hh++) att_online(d[hh] * scale, vr, per, acc[hh], m[hh], l[hh]);
 }
 
 template <int VEC, typename T>
