@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../tokenizer/tokenizer.h"
+
 void oai_resp_init(oai_resp *r, int is_chat, const char *model, uint64_t serial, long long created) {
     memset(r, 0, sizeof *r);
     r->is_chat = is_chat;
@@ -24,45 +26,13 @@ void oai_resp_init(oai_resp *r, int is_chat, const char *model, uint64_t serial,
     snprintf(r->model, sizeof r->model, "%s", model ? model : "");
 }
 
-/* Bytes of the UTF-8 sequence starting at s (n left), or 0 if s[0] does not start a valid one; *partial
- * = 1 when the bytes so far are valid but the sequence runs past n. */
-static size_t utf8_seq(const unsigned char *s, size_t n, int *partial) {
-    *partial = 0;
-    unsigned c = s[0];
-    size_t len;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        len = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        len = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else {
-        return 0;
-    }
-    for (size_t i = 1; i < len; i++) {
-        if (i >= n) {
-            *partial = 1;
-            return 0;
-        }
-        unsigned b = s[i];
-        if (b < (i == 1 ? lo : 0x80) || b > (i == 1 ? hi : 0xBF)) return 0;
-    }
-    return len;
-}
-
 int oai_utf8_sanitize(sbuf *out, const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0, run = 0;
     while (i < n) {
-        int partial;
-        size_t len = utf8_seq(u + i, n - i, &partial);
-        if (len && !(len == 1 && u[i] == 0)) {
-            i += len;
+        const int len = tok_utf8_next(u + i, n - i); /* <= 0: invalid or cut short, one byte becomes U+FFFD */
+        if (len > 0 && !(len == 1 && u[i] == 0)) {
+            i += (size_t)len;
             continue;
         }
         if (sbuf_add(out, s + run, i - run)) return -1;
@@ -77,10 +47,9 @@ size_t oai_utf8_complete_prefix(const char *s, size_t n) {
     const unsigned char *u = (const unsigned char *)s;
     size_t i = 0;
     while (i < n) {
-        int partial;
-        size_t len = utf8_seq(u + i, n - i, &partial);
-        if (partial) return i;
-        i += len ? len : 1; /* an invalid byte is complete: it becomes U+FFFD */
+        const int len = tok_utf8_next(u + i, n - i);
+        if (len == 0) return i; /* a valid prefix cut short */
+        i += len > 0 ? (size_t)len : 1; /* an invalid byte is complete: it becomes U+FFFD */
     }
     return n;
 }

@@ -101,10 +101,7 @@ qstatus tok_bpe_word(const qtokenizer *tok, tok_bpe_scratch *s, const uint8_t *w
                      int32_t **ids, size_t *n_ids, size_t *cap_ids);
 
 /* --- UTF-8 (utf8.c) --- */
-/* Classifies the bytes at s[0..n): > 0 the length of a valid character; 0 when s[0..n) is a
- * proper prefix of a valid character (more bytes could complete it); < 0 the negated length of
- * the maximal invalid subpart, which becomes one U+FFFD (Unicode 3.9, Python, Rust lossy). */
-int tok_utf8_next(const uint8_t *s, size_t n);
+/* tok_utf8_next: tokenizer.h (the server's response text uses it too). */
 /* Copies s[0..n) with each maximal invalid subpart replaced by U+FFFD. final = 0 leaves a trailing
  * incomplete character unconsumed (*used < n). Owned *out (NUL-terminated), *n_out. */
 qstatus tok_utf8_lossy(const uint8_t *s, size_t n, int final, char **out, size_t *n_out,

@@ -43,4 +43,9 @@ qstatus tok_token_bytes(const qtokenizer *tok, int32_t id, const char **bytes, s
 /* The token's string as tokenizer.json spells it (byte-level form, e.g. "Ġthe"), or NULL. Borrowed. */
 const char *tok_token_str(const qtokenizer *tok, int32_t id);
 
+/* Classifies the bytes at s[0..n), n > 0 (utf8.c): > 0 the length of a valid UTF-8 character; 0 when s[0..n)
+ * is a proper prefix of a valid character (more bytes could complete it); < 0 the negated length of the
+ * maximal invalid subpart, which becomes one U+FFFD (Unicode 3.9, Python, Rust lossy). */
+int tok_utf8_next(const uint8_t *s, size_t n);
+
 #endif
