@@ -271,10 +271,10 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
     }
 }
 
-/* The first S <= SMAX of an output's partials (S a power of two, gemv_tc_split), every load out first, then
- * added in slice order. gt_finish's SUM_BY_S takes one template per S (SMAX = S): one loop over GT_MAX_SPLIT
- * predicated slices cost the many-row finish ~110 instructions an output (ncu, session 13). */
-static_assert(GT_MAX_SPLIT == 16, "gt_finish picks gt_sum_slices for S = 2, 4, 8, 16");
+/* The first S <= SMAX of an output's partials, every load out first, then added in slice order. gt_finish's
+ * SUM_BY_S takes one template per S for S = 2, 4, 8 (gemv_tc_split's are powers of two; any other S takes the
+ * predicated GT_MAX_SPLIT form): that loop over 16 predicated slices cost the many-row finish ~110 instructions
+ * an output (ncu, session 13). */
 template <int SMAX>
 __device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int64_t stride, int S = SMAX) {
     float v[SMAX];
@@ -361,7 +361,7 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
                 const float *pp = part + idx;
                 if (SUM_BY_S) /* many rows, 4-bit one row; the bf16 one-row kernels keep the loop (head +8 % else) */
                     v = S == 2 ? gt_sum_slices<2>(pp, stride) : S == 4 ? gt_sum_slices<4>(pp, stride)
-                        : S == 8 ? gt_sum_slices<8>(pp, stride) : gt_sum_slices<16>(pp, stride);
+                        : S == 8 ? gt_sum_slices<8>(pp, stride) : gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
                 else
                     v = gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
                 if (ss) v = res + v;
