@@ -6,9 +6,9 @@
  *     relative error max|y - ref| / max|ref| against an f64 CPU reference on 256 sampled outputs (old
  *     kernel too); EXACT(batch): a row's outputs bitwise equal alone (n = 1), at row 37 of 64, at row 37
  *     of 64 other random rows, and at row 3 of 13;
- *   time: n = 1, 16, 64; CUDA events around each launch, median of the runs, rotating weight
- *     copies so that L2 (60 MB) does not keep them; GB/s of weight bytes (codes + scales + biases) and %
- *     of 4.3 TB/s.
+ *   time: n = 1, 16, 64 (BENCH_GEMV_ROWS="1,16" picks); CUDA events around each launch, median of the runs,
+ *     rotating weight copies so that L2 (60 MB) does not keep them; GB/s of weight bytes (codes + scales +
+ *     biases) and % of 4.3 TB/s.
  * Also checks 4-bit group 128 on the first shape. Prints one compact table; exits non-zero on a failed
  * check. */
 #include <math.h>
@@ -82,7 +82,12 @@ int main(void) {
            4 * GW_MAX_TILES);
     CK(gemv_tc_init());
     const int64_t shapes[4][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {248320, 4096}};
-    const int ns[3] = {1, 16, 64};
+    int ns[3] = {1, 16, 64}, n_ns = 3;
+    if (const char *e = getenv("BENCH_GEMV_ROWS")) { /* e.g. "1" or "1,16": time only these row counts */
+        n_ns = 0;
+        for (const char *p = e; *p && n_ns < 3; p += strcspn(p, ","), p += *p == ',')
+            if (atoi(p) >= 1 && atoi(p) <= 64) ns[n_ns++] = atoi(p);
+    }
     const int NMAX = 64;
     const int64_t KMAX = 12288, NOUT_MAX = 248320;
 
@@ -162,18 +167,23 @@ int main(void) {
             }
             CK(cudaDeviceSynchronize());
             const int ok = err[1] < 2e-5 && unw[1] == 0 && exact;
+            uint64_t bits = 1469598103934665603ull; /* FNV-1a of the 64 rows' outputs: equal across variants that
+                                                     * must give the same bits (QUILL_CUDA_GEMV_CLUSTER=0 and 1) */
+            const unsigned char *yb = (const unsigned char *)yv[1].data();
+            for (size_t i = 0; i < yv[1].size() * 4; i++) bits = (bits ^ yb[i]) * 1099511628211ull;
             n_fail += !ok;
             char line[320];
             snprintf(line, sizeof line,
-                     "check %6lldx%-6lld %-6s S=%-2d rel err new %.2e old %.2e | unwritten %lld | EXACT(batch) %s | %s",
+                     "check %6lldx%-6lld %-6s S=%-2d rel err new %.2e old %.2e | unwritten %lld | EXACT(batch) %s | "
+                     "bits %016llx | %s",
                      (long long)N, (long long)K, group ? (group == 64 ? "q4g64" : "q4g128") : "bf16", S, err[1], err[0],
-                     (long long)unw[1], exact ? "bitwise" : "DIFFERS", ok ? "ok" : "FAIL");
+                     (long long)unw[1], exact ? "bitwise" : "DIFFERS", (unsigned long long)bits, ok ? "ok" : "FAIL");
             check_lines.push_back(line);
 
             /* timings (4-bit g128 is only checked) */
             if (group != 128) {
                 const double wbytes = (double)ws.w_bytes + 2.0 * ws.sb_bytes;
-                for (int ni = 0; ni < 3; ni++) {
+                for (int ni = 0; ni < n_ns; ni++) {
                     const int n = ns[ni];
                     float us[2];
                     for (int which = 0; which < 2; which++) {
