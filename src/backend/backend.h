@@ -62,13 +62,17 @@ typedef struct qbackend qbackend;
 
 /* The gate of a matmul's input (glu_matmul): x is vectors of dim, and x[v][d] enters the product as
  * act(g[v * g_stride + d]) * x[v][d]. QGLU_SILU is the MLP's swiglu (x = up, g = gate, g_stride = dim);
- * QGLU_SIGMOID the attention's output gate (x = the heads' outputs, g = their gates in [query | gate]). */
+ * QGLU_SIGMOID the attention's output gate (x = the heads' outputs, g = their gates in [query | gate]).
+ * With norm_w (QGLU_SILU, g_stride == dim) each vector is RMS-normalised first: x[v][d] enters as
+ * gated_rmsnorm's y = rmsnorm(x[v]) * norm_w[d] * silu(g[v][d]) with norm_eps (the GDN's output norm). */
 typedef enum { QGLU_SILU = 1, QGLU_SIGMOID = 2 } qglu_act;
 typedef struct qglu {
     const float *g;
     int64_t g_stride;
     int dim;
     qglu_act act;
+    const float *norm_w; /* NULL: no norm */
+    float norm_eps;
 } qglu;
 
 /* A residual boundary between decode matmuls (resid_matmul, then norm_matmul_multi), so the RMSNorm between
@@ -133,8 +137,8 @@ typedef struct qbackend_ops {
     qstatus (*matmul_prefill_multi)(qbackend *be, const float *x, int n, int count, const qweight *const *W,
                                     float *const *y);
 
-    /* Optional (NULL: swiglu or mul_sigmoid, then matmul): y = (x gated by glu) . W^T for decode rows, bitwise
-     * what those two give; x may be overwritten (with the gated values). */
+    /* Optional (NULL: swiglu, mul_sigmoid or gated_rmsnorm, then matmul): y = (x gated by glu) . W^T for decode
+     * rows, bitwise what those two give; x may be overwritten (with the gated values). */
     qstatus (*glu_matmul)(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y);
 
     /* Optional, all three or none (NULL: matmul or glu_matmul into a buffer, then add_rmsnorm): the residual

@@ -23,7 +23,7 @@ typedef struct qwen35_scratch {
     float *qg, *q, *k, *v, *o;   /* attention: [cap][nq*2D], [cap][nq*D], [cap][nkv*D] x2, [cap][nq*D] */
     float *qkv, *qkv_c, *z;      /* GDN: [cap][conv_dim] x2, [cap][Hv*dv] */
     float *a, *b, *g, *beta;     /* GDN gates: [cap][Hv] */
-    float *go, *gn;              /* GDN output before/after the gated norm: [cap][Hv*dv] */
+    float *go;                   /* GDN output (the gated norm applies where out_proj reads it): [cap][Hv*dv] */
     float *gate, *up;            /* MLP: [cap][intermediate] */
     float *hl, *logits;          /* [cap][hidden], [cap][vocab]: rows that return logits */
     float *ss;                   /* [cap][norm_parts]: sums of squares of x at a fused residual boundary */
@@ -72,7 +72,7 @@ int64_t qwen35_scratch_bytes(const qwen35_config *c, int n_rows) {
     const int64_t H = c->hidden, nqD = (int64_t)c->n_heads * c->head_dim;
     const int64_t kvD = (int64_t)c->n_kv_heads * c->head_dim, Hv = c->lin_n_v_heads;
     const int64_t vD = Hv * c->lin_v_dim;
-    int64_t per_row = 2 + 4 * H + 4 * nqD + 2 * kvD + 2 * (int64_t)conv_dim(c) + 3 * vD + 4 * Hv +
+    int64_t per_row = 2 + 4 * H + 4 * nqD + 2 * kvD + 2 * (int64_t)conv_dim(c) + 2 * vD + 4 * Hv +
                       2 * (int64_t)c->intermediate + c->vocab_size + norm_parts(c);
     int64_t cap = 16;
     while (cap < n_rows) cap *= 2;
@@ -84,7 +84,7 @@ int64_t qwen35_scratch_bytes(const qwen35_config *c, int n_rows) {
 static void scratch_free(qbackend *be, qwen35_scratch *s) {
     if (!s) return;
     void *dev[] = {s->ids, s->pos, s->x, s->h, s->out, s->qg, s->q, s->k, s->v, s->o, s->qkv,
-                   s->qkv_c, s->z, s->a, s->b, s->g, s->beta, s->go, s->gn, s->gate, s->up,
+                   s->qkv_c, s->z, s->a, s->b, s->g, s->beta, s->go, s->gate, s->up,
                    s->hl, s->logits, s->ss};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) be->ops->free(be, dev[i]);
     free(s->seqs);
@@ -117,7 +117,7 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
         {(void **)&s->qkv, conv_dim(c), 4}, {(void **)&s->qkv_c, conv_dim(c), 4},
         {(void **)&s->z, vD, 4}, {(void **)&s->a, Hv, 4}, {(void **)&s->b, Hv, 4},
         {(void **)&s->g, Hv, 4}, {(void **)&s->beta, Hv, 4}, {(void **)&s->go, vD, 4},
-        {(void **)&s->gn, vD, 4}, {(void **)&s->gate, c->intermediate, 4},
+        {(void **)&s->gate, c->intermediate, 4},
         {(void **)&s->up, c->intermediate, 4}, {(void **)&s->hl, H, 4},
         {(void **)&s->logits, c->vocab_size, 4}, {(void **)&s->ss, norm_parts(c), 4},
     };
@@ -349,7 +349,9 @@ static qstatus glu_mm_range(qwen35_model *m, int r, float *x, const qglu *glu, c
     const int len = s->range_start[r + 1] - s->range_start[r];
     if (!s->range_prefill[r] && be->ops->glu_matmul) return be->ops->glu_matmul(be, x, glu, len, W, y);
     const int64_t n_vec = (int64_t)len * (W->n_in / glu->dim);
-    if (glu->act == QGLU_SILU) Q_TRY(be->ops->swiglu(be, glu->g, x, n_vec * glu->dim, x)); /* g_stride == dim */
+    if (glu->norm_w) /* g_stride == dim */
+        Q_TRY(be->ops->gated_rmsnorm(be, x, glu->g, glu->norm_w, n_vec, glu->dim, glu->norm_eps, x));
+    else if (glu->act == QGLU_SILU) Q_TRY(be->ops->swiglu(be, glu->g, x, n_vec * glu->dim, x)); /* g_stride == dim */
     else Q_TRY(be->ops->mul_sigmoid(be, x, glu->g, glu->g_stride, n_vec, glu->dim));
     return mm_range(m, r, x, 1, &W, &y);
 }
@@ -459,7 +461,7 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     const qweight *M[2] = {&L->gate_proj, &L->up_proj};
     for (int r = 0; r < s->n_ranges; r++) { /* the output gate, then o_proj */
         const int64_t r0 = s->range_start[r];
-        const qglu gate = {s->qg + r0 * nq * 2 * D + D, 2 * D, D, QGLU_SIGMOID};
+        const qglu gate = {s->qg + r0 * nq * 2 * D + D, 2 * D, D, QGLU_SIGMOID, NULL, 0.0f};
         Q_TRY(res_range(m, r, s->o + r0 * nq * D, &gate, &w->o_proj, L->post_norm, 2, M));
     }
     return Q_OK;
@@ -491,12 +493,14 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
         Q_TRY(be->ops->gdn_gates(be, s->a, s->b, n, dims.n_v_heads, w->A_log, w->dt_bias, s->g, s->beta));
     }
     Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
-    Q_TRY(be->ops->gated_rmsnorm(be, s->go, s->z, w->norm_w, (int64_t)n * dims.n_v_heads,
-                                 dims.v_dim, c->rms_eps, s->gn));
+    /* the gated norm, rmsnorm(go) * norm_w * silu(z) per head, as out_proj reads go (a gate of its input) */
     const qweight *M[2] = {&L->gate_proj, &L->up_proj};
-    for (int r = 0; r < s->n_ranges; r++)
-        Q_TRY(res_range(m, r, s->gn + (int64_t)s->range_start[r] * w->out_proj.n_in, NULL, &w->out_proj, L->post_norm,
-                        2, M));
+    const int64_t vD = (int64_t)dims.n_v_heads * dims.v_dim;
+    for (int r = 0; r < s->n_ranges; r++) {
+        const int64_t r0 = s->range_start[r];
+        const qglu norm = {s->z + r0 * vD, dims.v_dim, dims.v_dim, QGLU_SILU, w->norm_w, c->rms_eps};
+        Q_TRY(res_range(m, r, s->go + r0 * vD, &norm, &w->out_proj, L->post_norm, 2, M));
+    }
     return Q_OK;
 }
 
@@ -522,7 +526,7 @@ static qstatus mlp_block(qwen35_model *m, int l) {
             Q_TRY(res_close(m, r, N ? N->input_norm : NULL));
             continue;
         }
-        const qglu act = {g, I, (int)I, QGLU_SILU};
+        const qglu act = {g, I, (int)I, QGLU_SILU, NULL, 0.0f};
         Q_TRY(res_range(m, r, u, &act, Wd, N ? N->input_norm : NULL, n_c, C));
     }
     return Q_OK;

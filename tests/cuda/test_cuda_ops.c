@@ -248,16 +248,20 @@ static void test_norms_and_elementwise(void) {
 }
 
 /* glu_matmul (the decode matmul with its input gated while it is staged) against the gate op then matmul on
- * the GPU, bitwise: the MLP's swiglu (4-bit and bf16 weights) and the attention's output gate (gates strided
- * in [query | gate], 4-bit), at 1, 5 (x split once) and 37 rows (the wide kernel); and an f32 weight, whose
- * matmul cannot take the gate (the op gates x in place first). x is restored before each call (the fallback
- * overwrites it). */
+ * the GPU, bitwise: the MLP's swiglu (4-bit and bf16 weights), the attention's output gate (gates strided
+ * in [query | gate], 4-bit) and the GDN's gated norm (gated_rmsnorm: heads of 128, 4-bit and bf16 with the
+ * 9B's out_proj K, slices of 8 units), at 1, 5 (x split once) and 37 rows (the wide kernel); and f32 weights,
+ * whose matmul cannot take the gate (the op gates x in place first). x is restored before each call (the
+ * fallback overwrites it). */
 static void test_glu_matmul(void) {
-    struct { qwfmt f; int n_out, n_in, dim, stride; qglu_act act; const char *name; } cases[] = {
-        {QW_AFFINE, 300, 1024, 1024, 1024, QGLU_SILU, "swiglu 4b"},
-        {QW_BF16, 200, 1024, 1024, 1024, QGLU_SILU, "swiglu bf16"},
-        {QW_AFFINE, 520, 1024, 256, 512, QGLU_SIGMOID, "sigmoid gate 4b"},
-        {QW_F32, 96, 256, 64, 128, QGLU_SIGMOID, "sigmoid gate f32 (fallback)"}};
+    struct { qwfmt f; int n_out, n_in, dim, stride; qglu_act act; int norm; const char *name; } cases[] = {
+        {QW_AFFINE, 300, 1024, 1024, 1024, QGLU_SILU, 0, "swiglu 4b"},
+        {QW_BF16, 200, 1024, 1024, 1024, QGLU_SILU, 0, "swiglu bf16"},
+        {QW_AFFINE, 520, 1024, 256, 512, QGLU_SIGMOID, 0, "sigmoid gate 4b"},
+        {QW_F32, 96, 256, 64, 128, QGLU_SIGMOID, 0, "sigmoid gate f32 (fallback)"},
+        {QW_AFFINE, 4096, 4096, 128, 128, QGLU_SILU, 1, "gated norm 4b"},
+        {QW_BF16, 300, 4096, 128, 128, QGLU_SILU, 1, "gated norm bf16"},
+        {QW_F32, 96, 384, 128, 128, QGLU_SILU, 1, "gated norm f32 (fallback)"}};
     const int ns[3] = {1, 5, 37};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int rows = 37, n_in = cases[k].n_in, n_out = cases[k].n_out;
@@ -265,15 +269,16 @@ static void test_glu_matmul(void) {
         wpair W = mk_weight(cases[k].f, n_out, n_in, cases[k].f == QW_AFFINE ? 4 : 0, 64);
         buf x = mk_rand((size_t)rows * n_in, 2.0f), x1 = mk(x.bytes, NULL);
         buf g = mk_rand((size_t)n_vec * cases[k].stride, 3.0f);
-        buf y = mk((size_t)rows * n_out * 4, NULL), y1 = mk(y.bytes, NULL);
-        const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act};
+        buf y = mk((size_t)rows * n_out * 4, NULL), y1 = mk(y.bytes, NULL), nw = mk_rand(cases[k].dim, 1.0f);
+        const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act, cases[k].norm ? nw.g : NULL, 1e-6f};
         int same = 1;
         for (int q = 0; q < 3; q++) {
             OK(gpu->ops->copy(gpu, x1.g, x.g, x.bytes));
             OK(gpu->ops->glu_matmul(gpu, x1.g, &glu, ns[q], &W.g, y.g));
             OK(gpu->ops->copy(gpu, x1.g, x.g, x.bytes));
             const int64_t nv = (int64_t)ns[q] * (n_in / cases[k].dim);
-            if (cases[k].act == QGLU_SILU) OK(gpu->ops->swiglu(gpu, g.g, x1.g, nv * cases[k].dim, x1.g));
+            if (cases[k].norm) OK(gpu->ops->gated_rmsnorm(gpu, x1.g, g.g, nw.g, nv, cases[k].dim, 1e-6f, x1.g));
+            else if (cases[k].act == QGLU_SILU) OK(gpu->ops->swiglu(gpu, g.g, x1.g, nv * cases[k].dim, x1.g));
             else OK(gpu->ops->mul_sigmoid(gpu, x1.g, g.g, cases[k].stride, nv, cases[k].dim));
             OK(gpu->ops->matmul(gpu, x1.g, ns[q], &W.g, y1.g));
             const size_t bytes = (size_t)ns[q] * n_out * 4;
@@ -286,7 +291,7 @@ static void test_glu_matmul(void) {
         char nm[96];
         snprintf(nm, sizeof nm, "glu_matmul %s == gate + matmul (gpu, 1/5/37 rows)", cases[k].name);
         expect_flag(nm, same);
-        rm(x); rm(x1); rm(g); rm(y); rm(y1); rm_weight(W);
+        rm(x); rm(x1); rm(g); rm(y); rm(y1); rm(nw); rm_weight(W);
     }
 }
 
@@ -323,7 +328,7 @@ static void test_residual_boundary(void) {
         buf ss = mk((size_t)rows * parts * 4, NULL), nw = mk_rand(H, 1.0f);
         buf out = mk(x.bytes, NULL), h = mk(x.bytes, NULL);
         OK(gpu->ops->copy(gpu, x0.g, x.g, x.bytes));
-        const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act};
+        const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act, NULL, 0.0f};
         const qnorm nm = {ss.g, nw.g, 1e-6f};
         /* the CPU's reference, 37 rows */
         if (gated && cases[k].act == QGLU_SILU) OK(cpu->ops->swiglu(cpu, g.c, xin.c, (int64_t)rows * K, xin.c));

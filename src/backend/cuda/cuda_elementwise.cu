@@ -51,7 +51,7 @@ qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec) {
 
 qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
                          int dim) {
-    const qglu glu = {gate, gate_stride, dim, QGLU_SIGMOID};
+    const qglu glu = {gate, gate_stride, dim, QGLU_SIGMOID, NULL, 0.0f};
     return cuda_glu(be, out, &glu, n_vec);
 }
 

@@ -169,16 +169,22 @@ static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const q
 }
 
 /* A gate of x for W (op `op`): its vectors must tile n_in. It goes into the tensor-core kernels' staging where
- * the weight and the layout allow (gemv_tc_glu_ok); else cuda_glu gates x in place and *glu becomes NULL (the
- * plain product follows). Either way the same bits. */
+ * the weight and the layout allow (gemv_tc_glu_ok); else cuda_glu (cuda_gated_rmsnorm with a norm) gates x in
+ * place and *glu becomes NULL (the plain product follows). Either way the same bits. */
 static qstatus glu_prepare(qbackend *be, const char *op, float *x, const qglu **glu, int n, const qweight *W) {
     const qglu *g = *glu;
     if (!g) return Q_OK;
     if (g->dim <= 0 || W->n_in % g->dim)
         return q_fail(Q_EINVAL, "cuda %s: gate vectors of %d for n_in %lld", op, g->dim, (long long)W->n_in);
-    if (gemv_tc_kind(W) >= 0 && gemv_tc_glu_ok(*g, W->n_in)) return Q_OK;
+    if (gemv_tc_kind(W) >= 0 && gemv_tc_glu_ok(*g, W)) return Q_OK;
     *glu = NULL;
-    return cuda_glu(be, x, g, (int64_t)n * (W->n_in / g->dim));
+    const int64_t n_vec = (int64_t)n * (W->n_in / g->dim);
+    if (g->norm_w) { /* g_stride == dim (backend.h) */
+        if (g->g_stride != g->dim || g->act != QGLU_SILU)
+            return q_fail(Q_EINVAL, "cuda %s: a gated norm takes silu gates laid out as x", op);
+        return cuda_gated_rmsnorm(be, x, g->g, g->norm_w, n_vec, g->dim, g->norm_eps, x);
+    }
+    return cuda_glu(be, x, g, n_vec);
 }
 
 qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y) {

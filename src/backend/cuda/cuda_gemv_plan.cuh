@@ -106,16 +106,18 @@ static inline int gt_lean_on(void) {
 /* The one-tile kernel that stages its own x, of input kind `in` (gt_in_kind). */
 typedef void (*kernel_fn)(const float *, int, const gt_job);
 template <int Q, int MINB> static inline kernel_fn gt_staging_kernel(int in) {
-    return in == GT_IN_GLU    ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GLU>
-           : in == GT_IN_NORM ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_NORM>
-                              : gemv_tc_kernel<Q, 1, false, MINB, GT_IN_X>;
+    return in == GT_IN_GLU     ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GLU>
+           : in == GT_IN_NORM  ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_NORM>
+           : in == GT_IN_GNORM ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GNORM>
+                               : gemv_tc_kernel<Q, 1, false, MINB, GT_IN_X>;
 }
 /* The split-once kernel of input kind `in` (the 4-bit groups share one layout: Q = 64). */
 typedef void (*split_fn)(const float *, const gt_input, int, int64_t, uint4 *, float *);
 template <int Q> static inline split_fn gt_split_kernel(int in) {
-    return in == GT_IN_GLU    ? gemv_split_kernel<Q, GT_IN_GLU>
-           : in == GT_IN_NORM ? gemv_split_kernel<Q, GT_IN_NORM>
-                              : gemv_split_kernel<Q, GT_IN_X>;
+    return in == GT_IN_GLU     ? gemv_split_kernel<Q, GT_IN_GLU>
+           : in == GT_IN_NORM  ? gemv_split_kernel<Q, GT_IN_NORM>
+           : in == GT_IN_GNORM ? gemv_split_kernel<Q, GT_IN_GNORM>
+                               : gemv_split_kernel<Q, GT_IN_X>;
 }
 
 /* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */
@@ -123,7 +125,7 @@ template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
-    for (int in = GT_IN_X; in <= GT_IN_NORM; in++)
+    for (int in = GT_IN_X; in <= GT_IN_GNORM; in++)
         e = gt_attr(gt_staging_kernel<Q, GT_MIN_BLOCKS>(in), gt_attr(gt_staging_kernel<Q, GT_LEAN_BLOCKS>(in), e));
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
 #if GT_MAX_TILES >= 4
@@ -166,11 +168,20 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
-/* Whether x (n_in wide) can enter the tensor-core kernels gated by glu: whole 16-value pieces of a vector,
- * gates 16-byte aligned. */
-static inline bool gemv_tc_glu_ok(const qglu &glu, int64_t n_in) {
-    return (glu.act == QGLU_SILU || glu.act == QGLU_SIGMOID) && glu.dim > 0 && glu.dim % 16 == 0 &&
-           n_in % glu.dim == 0 && glu.g_stride % 4 == 0 && glu.g_stride >= glu.dim && ((uintptr_t)glu.g & 15) == 0;
+/* Whether x can enter W's tensor-core kernels gated by glu: whole 16-value pieces of a vector, gates 16-byte
+ * aligned; with a norm (GNORM), vectors of GT_GNORM_DIM, norm weights 16-byte aligned, and every K slice
+ * starting and ending on a vector (gt_gnorm_scale: a vector's items are consecutive lanes). */
+static inline bool gemv_tc_glu_ok(const qglu &glu, const qweight *W) {
+    const int64_t n_in = W->n_in;
+    const bool ok = (glu.act == QGLU_SILU || glu.act == QGLU_SIGMOID) && glu.dim > 0 && glu.dim % 16 == 0 &&
+                    n_in % glu.dim == 0 && glu.g_stride % 4 == 0 && glu.g_stride >= glu.dim &&
+                    ((uintptr_t)glu.g & 15) == 0;
+    if (!ok || !glu.norm_w) return ok;
+    const int kind = gemv_tc_kind(W);
+    if (kind < 0) return false;
+    const int64_t upv = GT_GNORM_DIM / gemv_tc_unit_k(kind), U = n_in / gemv_tc_unit_k(kind);
+    return glu.act == QGLU_SILU && glu.dim == GT_GNORM_DIM && glu.g_stride == glu.dim &&
+           ((uintptr_t)glu.norm_w & 15) == 0 && U % (upv * gemv_tc_split(W, kind)) == 0;
 }
 
 /* Whether x can enter the tensor-core kernels normalised by nm (qnorm): the norm weights' 16-byte loads. */
@@ -195,7 +206,8 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     gt_job job;
     memset(&job, 0, sizeof job);
     if (ex.glu) {
-        if (!gemv_tc_glu_ok(*ex.glu, W[0]->n_in)) return cudaErrorInvalidValue;
+        for (int i = 0; i < count; i++)
+            if (!gemv_tc_glu_ok(*ex.glu, W[i])) return cudaErrorInvalidValue;
         job.in.glu = *ex.glu;
     }
     if (ex.norm) {

@@ -11,7 +11,10 @@
  * (gemv_tc_glu_ok: a lane's 16 or 8 values lie in one vector). */
 /* A normalised input (op norm_matmul_multi, NORM): x is the residual and enters as x * scale * w, the scale
  * from the producer's sums of squares (backend.h's qnorm; gt_norm_scale adds them in one fixed order). */
-enum { GT_IN_X = 0, GT_IN_GLU = 1, GT_IN_NORM = 2 }; /* what x is: the input, gated, normalised */
+/* A gated-norm input (a qglu with norm_w, GNORM: the GDN's output norm, vectors of 128): x enters as
+ * ((x * scale) * norm_w) * silu(g), the scale from the vector's sum of squares in the tree norm_warp_kernel
+ * adds it in (gt_gnorm_scale), so the staged values are bitwise cuda_gated_rmsnorm's. */
+enum { GT_IN_X = 0, GT_IN_GLU = 1, GT_IN_NORM = 2, GT_IN_GNORM = 3 }; /* the input, gated, normalised, both */
 struct gt_input {
     qglu glu;               /* GT_IN_GLU (act 0, as zeroed: not gated) */
     const float *ss, *nw;   /* GT_IN_NORM (ss NULL: not normalised): sums of squares [n][parts], weights [K] */
@@ -19,8 +22,9 @@ struct gt_input {
     int parts;
 };
 __host__ __device__ inline int gt_in_kind(const gt_input &in) {
-    return in.glu.act ? GT_IN_GLU : in.ss ? GT_IN_NORM : GT_IN_X;
+    return in.glu.act ? (in.glu.norm_w ? GT_IN_GNORM : GT_IN_GLU) : in.ss ? GT_IN_NORM : GT_IN_X;
 }
+#define GT_GNORM_DIM 128 /* the gated norm's vectors: a warp's 8 (4-bit) or 16 (bf16) consecutive items */
 /* The norm's scale of row r (r < 0: none, the lane only takes part), by the four lanes t of a staging item
  * together: lane t sums parts t, t + 4, ... in order (its loads out at once), and the four sums are added as
  * (s0 + s1) + (s2 + s3), the same in every lane, block and row count. (One lane summing all the parts in
@@ -36,6 +40,37 @@ __device__ __forceinline__ float gt_norm_scale(const gt_input &in, int r, int t,
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     return rsqrtf(sum / (float)K + in.eps);
 }
+/* The gated norm's scale of the 128-value vector whose EPT values this lane holds (zeros where the item is not
+ * live), by the items of the vector together: its 32 quads' squares (norm_ss4's fma chains) added in warp_sum's
+ * xor tree over quads, as norm_warp_kernel adds them for a vector of 128. A vector's items are consecutive
+ * lanes (the plan checks that slices start and end on vectors), so quad q ^ o is lane ^ (o / quads per item)
+ * or a quad of this lane. */
+template <int EPT> __device__ __forceinline__ float gt_gnorm_scale(const float (&v)[EPT], float eps) {
+    constexpr int QPI = EPT / 4; /* quads per item */
+    float q[QPI];
+#pragma unroll
+    for (int a = 0; a < QPI; a++) {
+        float s = 0.0f;
+#pragma unroll
+        for (int e = 4 * a; e < 4 * a + 4; e++) s = fmaf(v[e], v[e], s);
+        q[a] = s;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        if (o >= QPI) {
+#pragma unroll
+            for (int a = 0; a < QPI; a++) q[a] += __shfl_xor_sync(0xffffffffu, q[a], o / QPI);
+        } else {
+            float n[QPI];
+#pragma unroll
+            for (int a = 0; a < QPI; a++) n[a] = q[a] + q[a ^ o];
+#pragma unroll
+            for (int a = 0; a < QPI; a++) q[a] = n[a];
+        }
+    }
+    return rsqrtf(q[0] / (float)GT_GNORM_DIM + eps);
+}
+
 /* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. For tile T, unit u and
  * lane L = (g, t) of the MMA: column g is row row0 + 4T + g/2, its hi part (g even) or lo part (g odd),
  * at the K values lane t's weights hold; sx[((T*us + u)*KSU/2 + jp)*32 + L] = {b0, b1 of k-step 2jp,
@@ -61,23 +96,34 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
         const bool live = i < items && r < n; /* uniform over the 4 lanes of (T, r, u) */
         float v[C::EPT], h[C::EPT]; /* x and its hi part; lo = bf16(v - h) where it is used */
         float scale = 0.0f;
+        const int64_t k = (u0 + u) * C::UK + t * C::EPT;
         if constexpr (IN == GT_IN_NORM) scale = gt_norm_scale(in, live ? r : -1, t, K);
+#pragma unroll
+        for (int e = 0; e < C::EPT; e++) v[e] = 0.0f;
         if (live) {
-            const int64_t k = (u0 + u) * C::UK + t * C::EPT;
             const float4 *p = (const float4 *)(x + (int64_t)r * K + k);
 #pragma unroll
             for (int q = 0; q < C::EPT / 4; q++) {
                 const float4 f = __ldg(p + q);
                 v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
             }
-            if constexpr (IN == GT_IN_GLU) {
+        }
+        if constexpr (IN == GT_IN_GNORM) scale = gt_gnorm_scale<C::EPT>(v, in.glu.norm_eps);
+        if (live) {
+            if constexpr (IN == GT_IN_GLU || IN == GT_IN_GNORM) {
                 const qglu &glu = in.glu;
                 const int kk = (int)k, dim = glu.dim; /* < 2^31: K is (gt_locate) */
                 const int64_t vec = (int64_t)r * (K / dim) + kk / dim;
                 const float4 *gp = (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
+                const float4 *wp = (const float4 *)(glu.norm_w + kk % dim); /* GNORM */
 #pragma unroll
                 for (int q = 0; q < C::EPT / 4; q++) {
                     const float4 f = __ldg(gp + q);
+                    if constexpr (IN == GT_IN_GNORM) { /* norm_scale4, then the gate, as norm_warp_kernel */
+                        const float4 w = __ldg(wp + q);
+                        v[4 * q] = v[4 * q] * scale * w.x, v[4 * q + 1] = v[4 * q + 1] * scale * w.y;
+                        v[4 * q + 2] = v[4 * q + 2] * scale * w.z, v[4 * q + 3] = v[4 * q + 3] * scale * w.w;
+                    }
                     v[4 * q] = __fmul_rn(glu_act(f.x, glu.act), v[4 * q]);
                     v[4 * q + 1] = __fmul_rn(glu_act(f.y, glu.act), v[4 * q + 1]);
                     v[4 * q + 2] = __fmul_rn(glu_act(f.z, glu.act), v[4 * q + 2]);
