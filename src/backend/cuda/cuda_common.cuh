@@ -34,6 +34,10 @@ typedef struct cuda_state {
     struct cu_gemv *gemv;
 } cuda_state;
 
+/* Split-K scratch of the decode matmul (cuda_gemv.cu): need_p floats, need_t ticket counters (zero, and left
+ * zero by every user), need_x bytes of split rows. */
+qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_x, float **part, unsigned **tick,
+                        void **pre);
 /* Copies `bytes` of host data to device memory valid for ops issued before the next synchronisation.
  * Returns the device address in *dev. */
 qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev);
