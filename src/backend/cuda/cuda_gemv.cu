@@ -69,8 +69,8 @@ void cu_gemv_free(cuda_state *s) {
 /* The tensor-core kernel's scratch: need_p partial floats, need_t ticket counters and need_x bytes for
  * the split rows; grows and never shrinks. New ticket counters start at zero; every call leaves them at
  * zero. (argmax's chunks take it too: ops run in stream order, so their uses never overlap.) */
-qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_x, float **part,
-                               unsigned **tick, void **pre) {
+qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_x, float **part, unsigned **tick,
+                        void **pre) {
     cuda_state *s = (cuda_state *)be->impl;
     if (!s->gemv) {
         s->gemv = (struct cu_gemv *)calloc(1, sizeof *s->gemv);
