@@ -395,6 +395,8 @@ struct gt_job {
     gt_input in;     /* x's gate or norm, applied where x is staged or split */
     const float *Xs;
     float *ss;       /* resid_matmul (one weight): y is the residual, ss its sums of squares (gt_finish) */
+    int loop;        /* gemv_tc_kernel LOOP (one weight, one row chunk, no ss): block b takes the output blocks
+                      * b % loop, b % loop + loop, ... of slice b / loop */
 };
 
 template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
@@ -405,7 +407,8 @@ template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
 }
 
 /* A block's place in a launch: its weight (from the job), K slice, output block and row chunk, and its
- * lanes' weight, scale and bias pointers at the slice's first unit. nt4: rows per row chunk / 4. */
+ * lanes' weight, scale and bias pointers at the slice's first unit. nt4: rows per row chunk / 4; vb: the block's
+ * number in the launch's (weight, slice, output block, row chunk) order (blockIdx.x, except in a LOOP kernel). */
 template <int Q> struct gt_place {
     qweight W;
     float *y, *part;
@@ -416,12 +419,13 @@ template <int Q> struct gt_place {
     const unsigned short *s0, *s8, *bb0, *bb8; /* their scales and biases (4-bit) */
 };
 template <int Q>
-__device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int nt4, int lane, int warp) {
+__device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int nt4, int lane, int warp,
+                                                 unsigned vb) {
     typedef gt_cfg<Q> C;
     gt_place<Q> P;
     int i = 0; /* the block's weight: constant indices only, so the job stays in parameter space */
 #pragma unroll
-    for (int q = 1; q < GT_JOB; q++) i += q < job.count && (int)blockIdx.x >= job.start[q];
+    for (int q = 1; q < GT_JOB; q++) i += q < job.count && (int)vb >= job.start[q];
     P.W = i == 0 ? job.W[0] : i == 1 ? job.W[1] : i == 2 ? job.W[2] : job.W[3];
     P.y = i == 0 ? job.y[0] : i == 1 ? job.y[1] : i == 2 ? job.y[2] : job.y[3];
     P.part = i == 0 ? job.part[0] : i == 1 ? job.part[1] : i == 2 ? job.part[2] : job.part[3];
@@ -436,7 +440,7 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int n
     const int n_out = (int)P.W.n_out, K = (int)P.W.n_in;
     P.U = K / C::UK;
     const unsigned n_ob = (unsigned)(n_out + GT_OUT - 1) / GT_OUT, per_s = n_ob * n_rc;
-    const unsigned local = blockIdx.x - (unsigned)b0, bxu = local % per_s;
+    const unsigned local = vb - (unsigned)b0, bxu = local % per_s;
     P.bx = (int)bxu, P.s = (int)(local / per_s);
     const int rc = (int)(bxu % n_rc);
     P.ob = (int)(bxu / n_rc);
@@ -475,8 +479,10 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
 }
 
 /* PRE: x comes split (job.xs), else each block stages its slice. MINB: blocks per SM the registers are
- * budgeted for (GT_LEAN_BLOCKS: the lean variant, a shorter ring). */
-template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, int IN = GT_IN_X>
+ * budgeted for (GT_LEAN_BLOCKS: the lean variant, a shorter ring). LOOP (job.loop): the block stages its slice
+ * of x once for several output blocks, the next one's first weights going out before this one's finish (the
+ * head's ~3,900 blocks each staged x; session 14). */
+template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, int IN = GT_IN_X, bool LOOP = false>
 __global__ void __launch_bounds__(GT_THREADS, MINB)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
@@ -484,7 +490,9 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const gt_place<Q> P = gt_locate<Q>(job, n, NT, lane, warp);
+    const int G = LOOP ? job.loop : 0, n_ob = (int)((job.W[0].n_out + GT_OUT - 1) / GT_OUT);
+    unsigned vb = LOOP ? (blockIdx.x / G) * n_ob + blockIdx.x % G : blockIdx.x;
+    gt_place<Q> P = gt_locate<Q>(job, n, NT, lane, warp, vb);
     const int nt = min(NT, (n - P.row0 + 3) / 4), us = P.us;
 
     uint32_t w[D][2][C::WPU];
@@ -497,23 +505,39 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
     else gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS);
     __syncthreads();
 
-    float acc[NT][4];
-    gt_zero(acc);
-    if (P.wact) {
-        /* Unit u = base + d sits in ring slot d: full turns first, then the last one or two with checks. */
-        const int tx = us * C::SXU, tX = us * 4;
-        int base = 0;
-        for (; GT_FULL_TURNS(Q) && base + 2 * D <= us; base += D)
-            gt_turn<Q, NT, D, true>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
-                                    sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
-                                    P.bb0, P.bb8, P.ub, lane, acc);
-        for (; base < us; base += D)
-            gt_turn<Q, NT, D, false>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
-                                     sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
-                                     P.bb0, P.bb8, P.ub, lane, acc);
+    for (;;) {
+        float acc[NT][4];
+        gt_zero(acc);
+        if (P.wact) {
+            /* Unit u = base + d sits in ring slot d: full turns first, then the last one or two with checks. */
+            const int tx = us * C::SXU, tX = us * 4;
+            int base = 0;
+            for (; GT_FULL_TURNS(Q) && base + 2 * D <= us; base += D)
+                gt_turn<Q, NT, D, true>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                                        sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
+                                        P.bb0, P.bb8, P.ub, lane, acc);
+            for (; base < us; base += D)
+                gt_turn<Q, NT, D, false>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                                         sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0,
+                                         P.s8, P.bb0, P.bb8, P.ub, lane, acc);
+        }
+        if constexpr (!LOOP) {
+            gt_finish<Q, NT, Q != 0>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane,
+                                     P.bx, &last, job.ss);
+            return;
+        }
+        /* this output block's place, then the next one's (its ring out first), then this one's finish */
+        const int ob = P.ob, o0 = P.o0, bx = P.bx;
+        const bool wact = P.wact, more = ob + G < n_ob; /* uniform */
+        if (more) {
+            vb += G;
+            P = gt_locate<Q>(job, n, NT, lane, warp, vb);
+            gt_ring_start<Q, D>(P, w, sb, t);
+        }
+        gt_finish<Q, NT, Q != 0>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, 0, nt, ob, o0, wact, lane, bx, &last,
+                                 job.ss);
+        if (!more) return;
     }
-    gt_finish<Q, NT, Q != 0>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane, P.bx,
-                             &last, job.ss);
 }
 
 #include "cuda_gemv_wide.cuh"

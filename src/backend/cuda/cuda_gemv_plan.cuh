@@ -96,6 +96,17 @@ static inline int gt_sms(void) {
     return sms;
 }
 
+/* QUILL_CUDA_GEMV_LOOP=0 keeps launches of many blocks at one output block a block (gemv_tc_kernel LOOP; an A/B
+ * of the two in one build, the bits are the same). Read once. Launches of a plain x on one 4-bit weight with at
+ * least GT_LOOP_WAVES waves of blocks loop (the head). */
+#ifndef GT_LOOP_WAVES
+#define GT_LOOP_WAVES 4
+#endif
+static inline int gt_loop_on(void) {
+    static int on = -1;
+    return cu_env_on("QUILL_CUDA_GEMV_LOOP", &on);
+}
+
 /* QUILL_CUDA_GEMV_LEAN=0 keeps every one-tile launch on the default variant (an A/B of the two in one build;
  * the bits are the same). Read once. */
 static inline int gt_lean_on(void) {
@@ -125,6 +136,7 @@ template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
 template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
+    if constexpr (Q != 0) e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true>, e);
     for (int in = GT_IN_X; in <= GT_IN_GNORM; in++)
         e = gt_attr(gt_staging_kernel<Q, GT_MIN_BLOCKS>(in), gt_attr(gt_staging_kernel<Q, GT_LEAN_BLOCKS>(in), e));
     e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
@@ -161,6 +173,10 @@ static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cuda
 #if GT_MAX_TILES >= 4
     if (nt == 4) k = gemv_tc_kernel<Q, 4, true>;
 #endif
+    if constexpr (Q != 0)
+        if (job.loop)
+            return cu_launch(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true>, blocks, GT_THREADS, smem, st, x,
+                             n, job);
     if (!job.xs) /* more than a wave at the budget's blocks per SM: the lean variant */
         k = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms())
                 ? gt_staging_kernel<Q, GT_LEAN_BLOCKS>(gt_in_kind(job.in))
@@ -246,6 +262,14 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     job.start[count] = (int)blocks;
     job.count = count;
+    /* One 4-bit weight of many blocks on a plain x (the head): a wave of blocks, each looping over output blocks
+     * (tune_gemv, pipelined, one row: 4-bit head 220.4 -> 207.9 us, bf16 469.1 -> 476.1, so 4-bit only) */
+    const int64_t slots = (int64_t)GT_MIN_BLOCKS * gt_sms(), n_ob = (W[0]->n_out + GT_OUT - 1) / GT_OUT;
+    if (kind != 0 && count == 1 && !job.ss && !job.xs && gt_in_kind(job.in) == GT_IN_X && n <= 4 && gt_loop_on() &&
+        blocks >= GT_LOOP_WAVES * slots) {
+        job.loop = (int)std::min<int64_t>(n_ob, std::max<int64_t>(1, slots / job.S[0]));
+        blocks = (int64_t)job.loop * job.S[0];
+    }
     if (kind == 0) return gt_launch_q<0>(nt, (unsigned)blocks, smem, st, x, n, job);
     if (kind == 64) return gt_launch_q<64>(nt, (unsigned)blocks, smem, st, x, n, job);
     return gt_launch_q<128>(nt, (unsigned)blocks, smem, st, x, n, job);

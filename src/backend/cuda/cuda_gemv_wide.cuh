@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT>::MIN_BLOCKS)
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const gt_place<Q> P = gt_locate<Q>(job, n, NT, lane, warp);
+    const gt_place<Q> P = gt_locate<Q>(job, n, NT, lane, warp, blockIdx.x);
     const int us = P.us, live = (n - P.row0 + 3) / 4, chunks = (us + D - 1) / D;
 
     uint32_t w[D][2][C::WPU];
