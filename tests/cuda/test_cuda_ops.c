@@ -58,7 +58,8 @@ static void test_matmul(void) {
  * kernel (bf16; 4-bit g64 and g128) with n_out not a multiple of its 128-output blocks, split K with a
  * partial last chunk, 70 rows (three row chunks, the last with a partial 8-row tile); for g64 also slices that
  * start on an odd group and hold an odd number of units (2176: 4 slices of 8 or 9 units, from units 0, 8,
- * 17, 25) and rows of an odd number of groups fewer than a ring turn (192: 3); the SIMT 4-bit g32 kernel.
+ * 17, 25) and rows of an odd number of groups fewer than a ring turn (192: 3); the SIMT 4-bit g32 kernel; a
+ * 4-bit weight of 1,563 output blocks (its last one part-filled), whose one-row launch loops (job.loop).
  * Outputs poisoned first; then row 45 bitwise alone (n = 1) and among 70 other rows. */
 static void test_matmul_decode(void) {
     struct { qwfmt f; int bits, group, n_out, n_in; const char *name; } cases[] = {
@@ -67,7 +68,8 @@ static void test_matmul_decode(void) {
         {QW_AFFINE, 4, 64, 300, 2176, "matmul 4b g64 300x2176 n70"},
         {QW_AFFINE, 4, 64, 130, 192, "matmul 4b g64 130x192 n70"},
         {QW_AFFINE, 4, 128, 200, 1152, "matmul 4b g128 200x1152 n70"},
-        {QW_AFFINE, 4, 32, 96, 512, "matmul 4b g32 96x512 n70"}};
+        {QW_AFFINE, 4, 32, 96, 512, "matmul 4b g32 96x512 n70"},
+        {QW_AFFINE, 4, 64, 200000, 256, "matmul 4b g64 200000x256 n70"}}; /* 1,563 blocks: one row loops */
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int n = 70, n_in = cases[k].n_in, n_out = cases[k].n_out;
         wpair W = mk_weight(cases[k].f, n_out, n_in, cases[k].bits, cases[k].group);
