@@ -87,7 +87,7 @@ qstatus memfit_weights_bytes(const char *dir, int64_t *out) {
 static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int chunk) {
     int64_t wide = c->intermediate, k_max = c->intermediate > c->hidden ? c->intermediate : c->hidden;
     const int64_t q = 2LL * c->n_heads * c->head_dim;
-    const int64_t qkv = 2LL * c->lin_n_k_heads * c->lin_k_dim + (int64_t)c->lin_n_v_heads * c->lin_v_dim;
+    const int64_t qkv = qwen35_conv_dim(c);
     if (q > wide) wide = q;
     if (qkv > wide) wide = qkv;
     /* the prompt GEMM dequantizes a call's weights side by side: the largest call is MLP gate + up, the GDN

@@ -8,7 +8,8 @@
  * logits do not depend on its neighbours (tests/golden/test_model_batch.c).
  * EXACT(chunk): a seq runs the GDN chunked rule only when all its rows are prompt rows (QROW_PREFILL);
  * the backend aligns its 64-row chunks to absolute positions.
- * Not here: which rows run together (engine), sampling (engine/sample.c), loading (weights.c). */
+ * Not here: which rows run together (engine), sampling (engine/sample.c), loading (weights.c), a stream's
+ * state and the byte counts (qwen35_state.c). */
 #include "qwen35.h"
 
 #include <math.h>
@@ -41,38 +42,13 @@ typedef struct qwen35_scratch {
 /* Parts of a row's sums of squares at a fused residual boundary (backend.h's qnorm). */
 static int64_t norm_parts(const qwen35_config *c) { return (c->hidden + QNORM_PART - 1) / QNORM_PART; }
 
-static int conv_dim(const qwen35_config *c) {
-    return 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
-}
-
-qwfmt qwen35_kv_fmt(const qwen35_config *c) { return c->kv_bf16 ? QW_BF16 : QW_F32; }
-const char *qwen35_kv_type_name(const qwen35_config *c) { return c->kv_bf16 ? "bf16" : "f32"; }
-
-int64_t qwen35_kv_bytes_per_token(const qwen35_config *c) {
-    int n_attn = 0;
-    for (int l = 0; l < c->n_layers; l++) n_attn += c->layer_is_attn[l];
-    return (int64_t)n_attn * 2 * qwen35_kv_row_bytes(c);
-}
-
-int64_t qwen35_gdn_state_bytes(const qwen35_config *c) {
-    int n_gdn = 0;
-    for (int l = 0; l < c->n_layers; l++) n_gdn += !c->layer_is_attn[l];
-    int64_t S = (int64_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim;
-    int64_t conv = (int64_t)(c->conv_kernel - 1) * conv_dim(c);
-    return (int64_t)n_gdn * (S + conv) * (int64_t)sizeof(float);
-}
-
-int64_t qwen35_kv_row_bytes(const qwen35_config *c) {
-    return (int64_t)c->n_kv_heads * c->head_dim * (int64_t)qwfmt_elem_bytes(qwen35_kv_fmt(c));
-}
-
 /* Floats per row of the scratch plan in scratch_create (keep the two in step), times the rows the
  * forward would allocate for n_rows. */
 int64_t qwen35_scratch_bytes(const qwen35_config *c, int n_rows) {
     const int64_t H = c->hidden, nqD = (int64_t)c->n_heads * c->head_dim;
     const int64_t kvD = (int64_t)c->n_kv_heads * c->head_dim, Hv = c->lin_n_v_heads;
     const int64_t vD = Hv * c->lin_v_dim;
-    int64_t per_row = 2 + 4 * H + 4 * nqD + 2 * kvD + 2 * (int64_t)conv_dim(c) + 2 * vD + 4 * Hv +
+    int64_t per_row = 2 + 4 * H + 4 * nqD + 2 * kvD + 2 * (int64_t)qwen35_conv_dim(c) + 2 * vD + 4 * Hv +
                       2 * (int64_t)c->intermediate + c->vocab_size + norm_parts(c);
     int64_t cap = 16;
     while (cap < n_rows) cap *= 2;
@@ -114,7 +90,7 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
         {(void **)&s->x, H, 4}, {(void **)&s->h, H, 4}, {(void **)&s->out, H, 4},
         {(void **)&s->qg, 2 * nqD, 4}, {(void **)&s->q, nqD, 4}, {(void **)&s->k, kvD, 4},
         {(void **)&s->v, kvD, 4}, {(void **)&s->o, nqD, 4},
-        {(void **)&s->qkv, conv_dim(c), 4}, {(void **)&s->qkv_c, conv_dim(c), 4},
+        {(void **)&s->qkv, qwen35_conv_dim(c), 4}, {(void **)&s->qkv_c, qwen35_conv_dim(c), 4},
         {(void **)&s->z, vD, 4}, {(void **)&s->a, Hv, 4}, {(void **)&s->b, Hv, 4},
         {(void **)&s->g, Hv, 4}, {(void **)&s->beta, Hv, 4}, {(void **)&s->go, vD, 4},
         {(void **)&s->gate, c->intermediate, 4},
@@ -181,89 +157,6 @@ void qwen35_close(qwen35_model *m) {
     qwen35_weights_free(m->be, &m->cfg, &m->w);
     qwen35_config_free(&m->cfg);
     free(m);
-}
-
-/* ---- state ------------------------------------------------------------------------------------- */
-
-void qwen35_state_destroy(qwen35_model *m, qwen35_state *st) {
-    if (!st) return;
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        if (st->k_cache && !st->kv_borrowed) m->be->ops->free(m->be, st->k_cache[l]);
-        if (st->v_cache && !st->kv_borrowed) m->be->ops->free(m->be, st->v_cache[l]);
-        if (st->conv) m->be->ops->free(m->be, st->conv[l]);
-        if (st->S) m->be->ops->free(m->be, st->S[l]);
-    }
-    free(st->k_cache);
-    free(st->v_cache);
-    free(st->conv);
-    free(st->S);
-    free(st);
-}
-
-/* The per-layer arrays are indexed by layer number; entries of the other layer kind stay NULL. With
- * with_kv 0 the K/V entries stay NULL too (qwen35_state_create_nokv). */
-static qstatus state_create(qwen35_model *m, int n_ctx, int with_kv, qwen35_state **out) {
-    const qwen35_config *c = &m->cfg;
-    if (n_ctx <= 0) return q_fail(Q_EINVAL, "state: context must be positive, got %d", n_ctx);
-    qwen35_state *st = calloc(1, sizeof *st);
-    if (!st) return q_fail(Q_ENOMEM, "state: out of memory");
-    st->n_ctx = n_ctx;
-    st->n_kv_rows = with_kv ? n_ctx : 0;
-    st->kv_borrowed = !with_kv;
-    size_t L = (size_t)c->n_layers;
-    st->k_cache = calloc(L, sizeof(void *));
-    st->v_cache = calloc(L, sizeof(void *));
-    st->conv = calloc(L, sizeof(float *));
-    st->S = calloc(L, sizeof(float *));
-    if (!st->k_cache || !st->v_cache || !st->conv || !st->S) {
-        qwen35_state_destroy(m, st);
-        return q_fail(Q_ENOMEM, "state: out of memory");
-    }
-    const size_t kv = (size_t)n_ctx * (size_t)qwen35_kv_row_bytes(c);
-    const size_t conv = (size_t)(c->conv_kernel - 1) * conv_dim(c) * sizeof(float);
-    const size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float);
-    qbackend *be = m->be;
-    for (int l = 0; l < c->n_layers; l++) {
-        qstatus s = Q_OK;
-        if (c->layer_is_attn[l]) {
-            if (!with_kv) continue;
-            s = be->ops->alloc(be, kv, &st->k_cache[l]);
-            if (s == Q_OK) s = be->ops->alloc(be, kv, &st->v_cache[l]);
-            st->n_bytes += 2 * (int64_t)kv;
-        } else {
-            s = be->ops->alloc(be, conv, (void **)&st->conv[l]);
-            if (s == Q_OK) s = be->ops->alloc(be, S, (void **)&st->S[l]);
-            st->n_bytes += (int64_t)(conv + S);
-        }
-        if (s != Q_OK) {
-            qwen35_state_destroy(m, st);
-            return q_wrap(s, "state for context %d", n_ctx);
-        }
-    }
-    *out = st;
-    return Q_OK;
-}
-
-qstatus qwen35_state_create(qwen35_model *m, int n_ctx, qwen35_state **out) {
-    return state_create(m, n_ctx, 1, out);
-}
-
-qstatus qwen35_state_create_nokv(qwen35_model *m, int n_ctx, qwen35_state **out) {
-    return state_create(m, n_ctx, 0, out);
-}
-
-/* K/V rows past n_past are never read, so only the recurrent states need zeroing. */
-qstatus qwen35_state_reset(qwen35_model *m, qwen35_state *st) {
-    const qwen35_config *c = &m->cfg;
-    const size_t conv = (size_t)(c->conv_kernel - 1) * conv_dim(c) * sizeof(float);
-    const size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float);
-    for (int l = 0; l < c->n_layers; l++) {
-        if (c->layer_is_attn[l]) continue;
-        Q_TRY(m->be->ops->zero(m->be, st->conv[l], conv));
-        Q_TRY(m->be->ops->zero(m->be, st->S[l], S));
-    }
-    st->n_past = 0;
-    return Q_OK;
 }
 
 /* ---- forward ----------------------------------------------------------------------------------- */
@@ -341,8 +234,8 @@ static qstatus mm_range(qwen35_model *m, int r, const float *x, int count, const
 }
 
 /* y = (x gated by glu) . W^T over range r of the batch (x, glu's gates and y at its first row): a decode range
- * in one pass where the backend has glu_matmul, else the gate (swiglu or mul_sigmoid, in place on x), then
- * mm_range; bitwise the same. */
+ * in one pass where the backend has glu_matmul, else the gate (swiglu, mul_sigmoid or, with a norm,
+ * gated_rmsnorm, in place on x), then mm_range; bitwise the same. */
 static qstatus glu_mm_range(qwen35_model *m, int r, float *x, const qglu *glu, const qweight *W, float *y) {
     const qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
@@ -484,12 +377,12 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
         s->p1[i] = states[s->seq_stream[i]]->S[l];
     }
     const qgdn_gates gates = {s->a, s->b, w->A_log, w->dt_bias, s->g, s->beta, n, dims.n_v_heads};
+    const int C = qwen35_conv_dim(c);
     if (be->ops->conv1d_silu_gates) {
-        Q_TRY(be->ops->conv1d_silu_gates(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, conv_dim(c), c->conv_kernel,
-                                         s->qkv_c, &gates));
+        Q_TRY(be->ops->conv1d_silu_gates(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, C, c->conv_kernel, s->qkv_c,
+                                         &gates));
     } else {
-        Q_TRY(be->ops->conv1d_silu(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, conv_dim(c), c->conv_kernel,
-                                   s->qkv_c));
+        Q_TRY(be->ops->conv1d_silu(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, C, c->conv_kernel, s->qkv_c));
         Q_TRY(be->ops->gdn_gates(be, s->a, s->b, n, dims.n_v_heads, w->A_log, w->dt_bias, s->g, s->beta));
     }
     Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
@@ -504,7 +397,7 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     return Q_OK;
 }
 
-/* §2.6 SwiGLU MLP; output in s->out. */
+/* §2.6 SwiGLU MLP, its output added to the residual (the next layer's norm, res_range / res_close). */
 static qstatus mlp_block(qwen35_model *m, int l) {
     const qwen35_layer *L = &m->w.layers[l];
     const qwen35_layer *N = l + 1 < m->cfg.n_layers ? &m->w.layers[l + 1] : NULL; /* the next layer's norm */

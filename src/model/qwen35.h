@@ -128,6 +128,8 @@ qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n_rows, qwen35_
  * --kv-type name ("bf16", "f32"). */
 qwfmt qwen35_kv_fmt(const qwen35_config *cfg);
 const char *qwen35_kv_type_name(const qwen35_config *cfg);
+/* Channels of the GDN conv: q, k and v of every head, 2 * Hk * dk + Hv * dv. */
+int qwen35_conv_dim(const qwen35_config *cfg);
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
 int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);
