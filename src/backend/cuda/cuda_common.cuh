@@ -179,6 +179,15 @@ static inline cudaError_t cu_launch(void (*kernel)(P...), dim3 grid, dim3 block,
 static inline unsigned cu_blocks(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 /* Butterfly sum over the warp: every lane gets the same value, in the same order on every call. */
+/* A ticket of a split reduction: adds 1 to *t and returns its value before, with release (what the calling
+ * thread's block wrote before a barrier is visible first, the PTX model's cumulativity) and acquire (what the
+ * other takers wrote is visible after). The taker that sees count - 1 is the last and does the reduction. */
+__device__ __forceinline__ unsigned cu_ticket_take(unsigned *t) {
+    unsigned prev;
+    asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(t) : "memory");
+    return prev;
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

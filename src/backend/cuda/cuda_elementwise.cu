@@ -107,9 +107,7 @@ __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float *__restr
         for (int w = 1; w < AM_THREADS / 32; w++) am_take(bv, bi, sv[w], si[w]);
         float *p = part + 2 * ((int64_t)row * chunks + chunk);
         p[0] = bv, p[1] = __int_as_float(bi);
-        unsigned prev; /* release: the partial before the ticket; acquire: the others' after it */
-        asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(tick + row) : "memory");
-        last = prev == (unsigned)(chunks - 1);
+        last = cu_ticket_take(tick + row) == (unsigned)(chunks - 1); /* the partial before it, the others' after */
     }
     __syncthreads();
     if (!last || warp != 0) return;

@@ -8,9 +8,9 @@
  * - everything else (f32, f16, other bit widths): matmul_kernel (SIMT, a block per output).
  * The tensor-core kernel's split-K partials, ticket counters and split rows (more than 4 rows) live in a
  * per-backend scratch that grows on demand (cu_gemv_scratch). Weights sharing x can go out in one launch
- * (cuda_matmul_multi); a gated x (swiglu's, the attention's output gate) is gated where the kernel stages it
- * (cuda_glu_matmul); a residual boundary (backend.h's qnorm) is added and summed where the producer finishes
- * (cuda_resid_matmul) and normalised where the consumers stage x (cuda_norm_matmul_multi). */
+ * (cuda_matmul_multi); a gated x (swiglu's, the attention's output gate, the GDN's gated norm) is gated where
+ * the kernel stages it (cuda_glu_matmul); a residual boundary (backend.h's qnorm) is added and summed where the
+ * producer finishes (cuda_resid_matmul) and normalised where the consumers stage x (cuda_norm_matmul_multi). */
 #include <stdlib.h>
 
 #include "cuda_gemv.cuh"

@@ -335,9 +335,7 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
         __syncthreads();
         if (threadIdx.x == 0) {
 #if GT_TICKET_ACQREL
-            unsigned prev;
-            asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(tick + bx) : "memory");
-            *last = prev == (unsigned)(S - 1);
+            *last = cu_ticket_take(tick + bx) == (unsigned)(S - 1);
 #else
             __threadfence();
             *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);

@@ -121,16 +121,22 @@ static qstatus p_swiglu_matmul_prefill(qbackend *be, float *gate, const float *u
     end(be, k);
     return s;
 }
+/* The gate of a glu_matmul or resid_matmul in its label (with `resid`, the residual add after it). */
+static const char *glu_label(const qglu *glu, int resid) {
+    if (!glu) return resid ? "matmul+resid" : "matmul";
+    if (glu->norm_w) return resid ? "gated_rmsnorm+matmul+resid" : "gated_rmsnorm+matmul";
+    if (glu->act == QGLU_SILU) return resid ? "swiglu+matmul+resid" : "swiglu+matmul";
+    return resid ? "sigmoid+matmul+resid" : "sigmoid+matmul";
+}
 static qstatus p_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y) {
-    const int k = begin_w(be, glu->act == QGLU_SILU ? "swiglu+matmul" : "sigmoid+matmul", W);
+    const int k = begin_w(be, glu_label(glu, 0), W);
     const qstatus s = P.real->glu_matmul(be, x, glu, n, W, y);
     end(be, k);
     return s;
 }
 
 static qstatus p_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss) {
-    const int k = begin_w(be, !glu ? "matmul+resid" : glu->act == QGLU_SILU ? "swiglu+matmul+resid"
-                                                                             : "sigmoid+matmul+resid", W);
+    const int k = begin_w(be, glu_label(glu, 1), W);
     const qstatus s = P.real->resid_matmul(be, xin, glu, n, W, x, ss);
     end(be, k);
     return s;
