@@ -14,7 +14,6 @@
 
 #include <math.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* Activation buffers for up to cap_rows rows, in backend memory; host arrays for the seq list. */
 typedef struct qwen35_scratch {
