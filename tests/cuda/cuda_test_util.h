@@ -152,6 +152,13 @@ static inline int prefill_bf16_mode(void) {
     const char *p = getenv("QUILL_PREFILL_PRECISION");
     return p && !strcmp(p, "bf16");
 }
+/* QUILL_DECODE_PRECISION=bf16: the tensor-core decode matmuls take x rounded to bf16 (bf16-class results) */
+static inline int decode_bf16_mode(void) {
+    const char *p = getenv("QUILL_DECODE_PRECISION");
+    return p && !strcmp(p, "bf16");
+}
+/* The bound of a tensor-core decode matmul against the CPU: f32-class, or bf16-class in decode bf16 mode. */
+static inline double decode_tol(void) { return decode_bf16_mode() ? 2e-2 : 1e-5; }
 static inline void poison_gpu(buf b) {
     float *h = malloc(b.bytes);
     for (size_t i = 0; i < b.bytes / 4; i++) h[i] = NAN;

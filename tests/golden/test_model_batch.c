@@ -1,6 +1,8 @@
-/* test_model_batch.c: properties of one forward for everything, on a golden fixture model, with f32
+/* test_model_batch.c: properties of one forward for everything, on a golden fixture model (gqa4-v2k, or the one
+ * QUILL_TEST_MODEL names: gqa4-v2k-mlx4 takes the CUDA decode matmul's 4-bit kernels), with f32
  * and with bf16 K/V caches (each group of tests runs once per cache type):
- * - prefill-then-decode equals one whole-sequence pass (logits within 1e-4 relative);
+ * - prefill-then-decode equals one whole-sequence pass (logits within 1e-4 relative; 2e-2 where the CUDA decode
+ *   matmuls round x to bf16, QUILL_DECODE_PRECISION=bf16);
  * - EXACT(chunk): prefill cut into 64-, 128- or 512-row forwards gives bit-identical logits;
  * - EXACT(batch): a stream batched with two others (one prefilling, one decoding) gets bit-identical
  *   logits to the same stream alone;
@@ -21,7 +23,8 @@ typedef struct env {
 static int setup(void **state, int kv_bf16) {
     static env e;
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/models/gqa4-v2k", QUILL_FIXTURES);
+    const char *name = getenv("QUILL_TEST_MODEL");
+    snprintf(dir, sizeof dir, "%s/models/%s", QUILL_FIXTURES, name && *name ? name : "gqa4-v2k");
     if (test_backend_create(&e.be) != Q_OK) {
         fprintf(stderr, "%s\n", q_lasterr());
         return -1;
@@ -68,7 +71,8 @@ static void test_prefill_then_decode(void **state) {
     }
     double err = rel_err(split, whole, (size_t)e->V);
     printf("prefill 150 vs prefill 140 + decode 10: rel err %.2e\n", err);
-    assert_true(err <= 1e-4);
+    const char *dp = getenv("QUILL_DECODE_PRECISION");
+    assert_true(err <= (dp && !strcmp(dp, "bf16") ? 2e-2 : 1e-4));
     qwen35_state_destroy(e->m, a);
     qwen35_state_destroy(e->m, b);
     free(whole);
@@ -143,12 +147,12 @@ static void test_batch_invariance(void **state) {
 }
 
 /* EXACT(draft): k decode rows of one stream in one pass (as a draft block is verified) give the same
- * bits as k passes of one row. */
+ * bits as k passes of one row; k = 12 takes the CUDA decode matmul's many-row kernel. */
 static void test_k_rows_equal_k_passes(void **state) {
     env *e = *state;
-    const int V = e->V, k = 5;
-    int32_t ids[45];
-    make_prompt(ids, 45, V, 5);
+    const int V = e->V, k = 12;
+    int32_t ids[52];
+    make_prompt(ids, 52, V, 5);
     float *serial = malloc((size_t)k * V * sizeof *serial), *block = malloc((size_t)k * V * sizeof *block);
     float *scratch = malloc((size_t)V * sizeof *scratch);
     qwen35_state *a = NULL, *b = NULL;
@@ -156,7 +160,7 @@ static void test_k_rows_equal_k_passes(void **state) {
     assert_ok(qwen35_state_create(e->m, 64, &b));
     assert_ok(prefill(e->m, a, ids, 40, 512, scratch));
     assert_ok(prefill(e->m, b, ids, 40, 512, scratch));
-    qrow rows[5];
+    qrow rows[12];
     for (int i = 0; i < k; i++) {
         rows[i] = (qrow){.stream = 0, .pos = 40 + i, .token = ids[40 + i], .flags = QROW_LOGITS};
         assert_ok(qwen35_forward(e->m, &rows[i], 1, &a, serial + (size_t)i * V));

@@ -123,7 +123,7 @@ static qstatus check_aligned(const float *x, const qweight *W) {
 /* The checks every tensor-core call makes. */
 static qstatus tc_check(const float *x, int n, const qweight *W) {
     Q_TRY(check_aligned(x, W));
-    if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n, 1) > 2147483647u) /* 1 tile: the most */
+    if ((int64_t)n * W->n_out > ((int64_t)1 << 40) || gemv_tc_ticks(W, n, 1, 0) > 2147483647u) /* 1 tile: the most */
         return q_fail(Q_EINVAL, "cuda matmul: %d rows x %lld outputs is too large", n, (long long)W->n_out);
     return Q_OK;
 }
@@ -147,21 +147,23 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     return Q_OK;
 }
 
-/* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch. */
+/* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch; x as
+ * QUILL_DECODE_PRECISION asks. */
 static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
-                         int kind, const gt_extra &ex) {
-    const int nt = gemv_tc_job_tiles(kind, n, count, W); /* the launch's, so each weight's tickets are its own */
+                         int kind, gt_extra ex) {
+    Q_TRY(cu_decode_precision_bf16(&ex.bf16x));
+    const int nt = gemv_tc_job_tiles(kind, n, count, W, ex.bf16x); /* the launch's: each weight's tickets its own */
     size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
     for (int i = 0; i < count; i++) {
         Q_TRY(tc_check(x, n, W[i]));
         off_p[i] = need_p, off_t[i] = need_t;
         need_p += gemv_tc_part_floats(W[i], n);
-        need_t += gemv_tc_ticks(W[i], n, nt);
+        need_t += gemv_tc_ticks(W[i], n, nt, ex.bf16x);
     }
     float *part = NULL, *parts[GT_JOB];
     unsigned *tick = NULL, *ticks[GT_JOB];
     void *pre = NULL;
-    Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n), &part, &tick, &pre));
+    Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n, ex.bf16x), &part, &tick, &pre));
     for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
     CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), ex),
            "matmul (tensor-core gemv)");
@@ -191,7 +193,7 @@ qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qw
     if (n <= 0) return Q_OK;
     Q_TRY(check_weight(W));
     Q_TRY(glu_prepare(be, "glu_matmul", x, &glu, n, W));
-    return glu ? tc_launch(be, x, n, 1, &W, &y, gemv_tc_kind(W), {glu, NULL, NULL}) : cuda_matmul(be, x, n, W, y);
+    return glu ? tc_launch(be, x, n, 1, &W, &y, gemv_tc_kind(W), {glu, NULL, NULL, 0}) : cuda_matmul(be, x, n, W, y);
 }
 
 /* Weights of one tensor-core kind go out in one launch (each keeping its own split, partials and
@@ -227,7 +229,7 @@ qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, cons
         return q_fail(Q_EINVAL, "cuda resid_matmul: a %lldx%lld weight of this format cannot be fused",
                       (long long)W->n_out, (long long)W->n_in);
     Q_TRY(glu_prepare(be, "resid_matmul", xin, &glu, n, W));
-    return tc_launch(be, xin, n, 1, &W, &x, gemv_tc_kind(W), {glu, NULL, ss});
+    return tc_launch(be, xin, n, 1, &W, &x, gemv_tc_kind(W), {glu, NULL, ss, 0});
 }
 
 qstatus cuda_norm_matmul_multi(qbackend *be, const float *x, const qnorm *nm, int n, int count,
@@ -242,5 +244,5 @@ qstatus cuda_norm_matmul_multi(qbackend *be, const float *x, const qnorm *nm, in
         if (W[i]->n_in != W[0]->n_in || !cuda_norm_fusable(W[i]) || gemv_tc_kind(W[i]) != kind)
             return q_fail(Q_EINVAL, "cuda norm_matmul_multi: weights of one tensor-core kind and n_in only");
     }
-    return tc_launch(be, x, n, count, W, y, kind, {NULL, nm, NULL});
+    return tc_launch(be, x, n, count, W, y, kind, {NULL, nm, NULL, 0});
 }

@@ -6,6 +6,9 @@
  * Arithmetic (mma.sync m16n8k16, bf16 operands, f32 accumulators):
  * - Each f32 activation is split x = hi + lo + e with hi = bf16(x), lo = bf16(x - hi) (|e| <= 2^-17|x|).
  *   bf16 x bf16 products are exact, so the result is f32-class (relative error ~1e-6), not bf16-class.
+ *   QUILL_DECODE_PRECISION=bf16 (job.in.bf16) stages x = hi, lo = 0: bf16-class, and the many-row kernel then
+ *   takes tiles of 8 rows, one column a row (RT = 8), half the MMAs. A row's bits are the same either way:
+ *   the lo column's sums are exactly +0, and hi + (+0) = hi (a sum that starts at +0 is never -0).
  * - W is the A operand (16 outputs per MMA). The B operand's 8 columns are 4 input rows, each as its
  *   hi column and its lo column, so one MMA applies 16 x 16 weights to both parts of 4 rows and a
  *   row's sum is (hi column) + (lo column) at the end of a unit. Lane (g = lane/4, t = lane%4) loads a
@@ -198,8 +201,11 @@ __device__ __forceinline__ void gt_ksteps(float (&c)[4], const uint32_t (&a)[2][
 
 /* THE arithmetic of one unit over nt row tiles: 4-bit folds it into acc[T][0] (output og, row 4T + t)
  * and acc[T][1] (og8); bf16 accumulates the raw MMA sums in acc[T][0..3]. bx: the unit's staged B
- * fragments of tile 0 (lane's first), xs: its X sum of tile 0 (row t); tiles are tx / tX apart. */
-template <int Q, int NT>
+ * fragments of tile 0 (lane's first), xs: its X sum of tile 0 (row t); tiles are tx / tX apart.
+ * RT = 8 (bf16 x, columns = rows 8T + 2t, 8T + 2t + 1): acc[T] is the MMA's C fragment, {og, og} x {2t, 2t + 1}
+ * then {og8, og8}, and xs points at the X sums of rows 2t, 2t + 1; each value is what RT = 4 computes for its
+ * row with lo = 0, as (P + 0) + (R + 0) = P + R. */
+template <int Q, int NT, int RT = 4>
 __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const uint32_t (&sb)[4], int src,
                                         const uint4 *bx, const float *xs, int tx, int tX, int nt,
                                         float (&acc)[NT][4]) {
@@ -234,10 +240,26 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
             gt_mma0(R, a[0][4], a[1][4], a[0][5], a[1][5], f1.x, f1.y);
             gt_mma(P, a[0][2], a[1][2], a[0][3], a[1][3], f0.z, f0.w);
             gt_mma(R, a[0][6], a[1][6], a[0][7], a[1][7], f1.z, f1.w);
+            if constexpr (RT == 8) {
+                const float2 X = *(const float2 *)(xs + T * tX);
+                acc[T][0] = fmaf(s0, P[0] + R[0], fmaf(b0, X.x, acc[T][0]));
+                acc[T][1] = fmaf(s0, P[1] + R[1], fmaf(b0, X.y, acc[T][1]));
+                acc[T][2] = fmaf(s1, P[2] + R[2], fmaf(b1, X.x, acc[T][2]));
+                acc[T][3] = fmaf(s1, P[3] + R[3], fmaf(b1, X.y, acc[T][3]));
+                continue;
+            }
             const float h0 = (P[0] + P[1]) + (R[0] + R[1]), h1 = (P[2] + P[3]) + (R[2] + R[3]);
 #else
             P[0] = P[1] = P[2] = P[3] = 0.0f;
             gt_ksteps<C::KSU>(P, a, bx + T * tx);
+            if constexpr (RT == 8) {
+                const float2 X = *(const float2 *)(xs + T * tX);
+                acc[T][0] = fmaf(s0, P[0], fmaf(b0, X.x, acc[T][0]));
+                acc[T][1] = fmaf(s0, P[1], fmaf(b0, X.y, acc[T][1]));
+                acc[T][2] = fmaf(s1, P[2], fmaf(b1, X.x, acc[T][2]));
+                acc[T][3] = fmaf(s1, P[3], fmaf(b1, X.y, acc[T][3]));
+                continue;
+            }
             const float h0 = P[0] + P[1], h1 = P[2] + P[3];
 #endif
             const float X = xs[T * tX];
@@ -253,7 +275,7 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
  * refilled with the unit D later (and, at the end of a group of 4, the group's scales D units later).
  * q0, q8: the lane's weights of unit `base`; bx, xs: the staged fragments / X sums of unit `base`, so
  * every unit's address is a constant offset. FULL: all those units and refills exist (no checks). */
-template <int Q, int NT, int D, bool FULL>
+template <int Q, int NT, int D, bool FULL, int RT = 4>
 __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uint32_t (&sb)[D / 4][4],
                                         const unsigned char *q0, const unsigned char *q8, const uint4 *bx,
                                         const float *xs, int tx, int tX, int nt, int base, int us,
@@ -263,7 +285,7 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
 #pragma unroll
     for (int d = 0; d < D; d++) {
         if (!FULL && base + d >= us) break; /* uniform */
-        gt_unit<Q, NT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), bx + d * C::SXU, xs + d * 4, tx, tX, nt, acc);
+        gt_unit<Q, NT, RT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), bx + d * C::SXU, xs + d * RT, tx, tX, nt, acc);
         if (FULL || base + d + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
         if constexpr (Q != 0)
             if ((d & 3) == 3 && (FULL || base + d + D - 3 < us))
@@ -299,8 +321,8 @@ __device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int6
  * and the quarters added as (q0 + q1) + (q2 + q3), the same whatever the row count. (A warp_sum per row inside
  * the partials' loop cost the 64-row producers ~4 us a call, session 12.) */
 static_assert(GT_OUT == QNORM_PART, "a block's outputs are one part of the residual's sums of squares");
-#define GT_SS_SMEM(nt) ((size_t)GT_OUT * 4 * (nt) * sizeof(float)) /* the squares of a block's rows */
-template <int Q, int NT, bool SUM_BY_S>
+#define GT_SS_SMEM(rows) ((size_t)GT_OUT * (rows) * sizeof(float)) /* the squares of a block's rows */
+template <int Q, int NT, bool SUM_BY_S, int RT = 4>
 __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
                                           int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last,
@@ -310,7 +332,19 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
     float *dst = S > 1 ? part + (int64_t)s * n * W.n_out : y;
     const bool add = ss && S == 1; /* one slice: its sums go straight into the residual */
     const int g = lane >> 2, t = lane & 3;
-    if (wact) {
+    if (wact && RT == 8) { /* acc[T] = {og, og, og8, og8} x rows {8T + 2t, 8T + 2t + 1} (gt_unit) */
+#pragma unroll
+        for (int T = 0; T < NT; T++) {
+            if (T >= nt) break;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int r = row0 + 8 * T + 2 * t + (c & 1);
+                const int64_t o = o0 + g + (c >> 1) * 8;
+                float *d = dst + (int64_t)r * W.n_out + o;
+                if (r < n && o < W.n_out) d[0] = add ? d[0] + acc[T][c] : acc[T][c];
+            }
+        }
+    } else if (wact) {
 #pragma unroll
         for (int T = 0; T < NT; T++) {
             if (T >= nt) break;
@@ -346,7 +380,7 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
         if (!*last) return;
         if (threadIdx.x == 0) tick[bx] = 0; /* ready for the next call */
     }
-    const int rows_here = min(4 * NT, n - row0);
+    const int rows_here = min(RT * NT, n - row0);
     for (int i = threadIdx.x; i < GT_OUT * rows_here; i += GT_THREADS) {
         const int64_t o = ob * GT_OUT + (i % GT_OUT), r = row0 + i / GT_OUT;
         float v = 0.0f;
@@ -405,7 +439,7 @@ template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
 }
 
 /* A block's place in a launch: its weight (from the job), K slice, output block and row chunk, and its
- * lanes' weight, scale and bias pointers at the slice's first unit. nt4: rows per row chunk / 4; vb: the block's
+ * lanes' weight, scale and bias pointers at the slice's first unit. rows: rows per row chunk; vb: the block's
  * number in the launch's (weight, slice, output block, row chunk) order (blockIdx.x, except in a LOOP kernel). */
 template <int Q> struct gt_place {
     qweight W;
@@ -417,7 +451,7 @@ template <int Q> struct gt_place {
     const unsigned short *s0, *s8, *bb0, *bb8; /* their scales and biases (4-bit) */
 };
 template <int Q>
-__device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int nt4, int lane, int warp,
+__device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int rows, int lane, int warp,
                                                  unsigned vb) {
     typedef gt_cfg<Q> C;
     gt_place<Q> P;
@@ -434,7 +468,7 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int n
     /* Index math in 32 bits (unsigned divisions: 64-bit ones were most of the block's start, ncu): outputs
      * < 2^31, units per row < 2^26, blocks < 2^31 (the launch checks); byte offsets widen at the end. */
     const int t = lane & 3;
-    const unsigned n_rc = (unsigned)(n + 4 * nt4 - 1) / (4 * nt4);
+    const unsigned n_rc = (unsigned)(n + rows - 1) / rows;
     const int n_out = (int)P.W.n_out, K = (int)P.W.n_in;
     P.U = K / C::UK;
     const unsigned n_ob = (unsigned)(n_out + GT_OUT - 1) / GT_OUT, per_s = n_ob * n_rc;
@@ -442,7 +476,7 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int n
     P.bx = (int)bxu, P.s = (int)(local / per_s);
     const int rc = (int)(bxu % n_rc);
     P.ob = (int)(bxu / n_rc);
-    P.row0 = rc * 4 * nt4;
+    P.row0 = rc * rows;
     const int u_begin = (int)((unsigned)(P.s * P.U) / (unsigned)P.S);
     const int u_end = (int)((unsigned)((P.s + 1) * P.U) / (unsigned)P.S);
     P.us = u_end - u_begin, P.ub = u_begin;
@@ -490,7 +524,7 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     const int G = LOOP ? job.loop : 0, n_ob = (int)((job.W[0].n_out + GT_OUT - 1) / GT_OUT);
     unsigned vb = LOOP ? (blockIdx.x / G) * n_ob + blockIdx.x % G : blockIdx.x;
-    gt_place<Q> P = gt_locate<Q>(job, n, NT, lane, warp, vb);
+    gt_place<Q> P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb);
     const int nt = min(NT, (n - P.row0 + 3) / 4), us = P.us;
 
     uint32_t w[D][2][C::WPU];
@@ -529,7 +563,7 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
         const bool wact = P.wact, more = ob + G < n_ob; /* uniform */
         if (more) {
             vb += G;
-            P = gt_locate<Q>(job, n, NT, lane, warp, vb);
+            P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb);
             gt_ring_start<Q, D>(P, w, sb, t);
         }
         gt_finish<Q, NT, Q != 0>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, 0, nt, ob, o0, wact, lane, bx, &last,

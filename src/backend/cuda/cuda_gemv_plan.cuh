@@ -52,13 +52,19 @@ static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
     const int S = gemv_tc_split(W, gemv_tc_kind(W));
     return S > 1 ? (size_t)S * (size_t)n * (size_t)W->n_out : 0;
 }
+/* Rows per tile of a launch on n rows: 8 in the many-row kernel with bf16 x (bf16x: QUILL_DECODE_PRECISION=bf16,
+ * cuda_gemv.cuh), else 4 (a row's hi and lo columns; with bf16 x, lo = 0). */
+static inline int gemv_tc_tile_rows(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x ? 8 : 4; }
+
 /* Row tiles of a launch for count weights sharing n rows. Many rows (gemv_wide_kernel): enough for n, up
  * to GW_MAX_TILES. Else the fewest any of the weights takes, so every block's staged slice fits (a launch
  * of one weight: that weight's own). */
-static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *const *W) {
+static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *const *W, int bf16x) {
     if (n > GW_MIN_ROWS) {
-        int nt = 4;
-        while (nt < GW_MAX_TILES && nt * 4 < n) nt *= 2;
+        const int rt = gemv_tc_tile_rows(n, bf16x);
+        const int most = rt == 8 ? std::min(GW_MAX_TILES, 8) : GW_MAX_TILES; /* gt_launch_q's instances */
+        int nt = rt == 8 ? 2 : 4;
+        while (nt < most && nt * rt < n) nt *= 2;
         return nt;
     }
     int nt = GT_MAX_TILES;
@@ -68,8 +74,9 @@ static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *c
 
 /* Ticket counters W needs on n rows in a launch of nt row tiles (gemv_tc_job_tiles): one per (output
  * block, row chunk). */
-static inline size_t gemv_tc_ticks(const qweight *W, int n, int nt) {
-    return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + 4 * nt - 1) / (4 * nt));
+static inline size_t gemv_tc_ticks(const qweight *W, int n, int nt, int bf16x) {
+    const int rows = gemv_tc_tile_rows(n, bf16x) * nt;
+    return (size_t)((W->n_out + GT_OUT - 1) / GT_OUT) * (size_t)((n + rows - 1) / rows);
 }
 
 /* More rows than GT_PRE_ROWS: x is split once per launch into `pre` (gemv_tc_pre_bytes), not by every
@@ -77,10 +84,11 @@ static inline size_t gemv_tc_ticks(const qweight *W, int n, int nt) {
 #define GT_PRE_ROWS 4
 static_assert(GW_MIN_ROWS >= GT_PRE_ROWS, "the wide kernel reads x split by gemv_split_kernel");
 static_assert(GW_MIN_ROWS <= 4 * GT_MAX_TILES, "gemv_tc_kernel takes at most GT_MAX_TILES tiles of 4 rows");
-static inline size_t gemv_tc_pre_bytes(const qweight *W, int n) {
-    const int kind = gemv_tc_kind(W);
+static inline size_t gemv_tc_pre_bytes(const qweight *W, int n, int bf16x) {
+    const int kind = gemv_tc_kind(W), rt = gemv_tc_tile_rows(n, bf16x);
     if (n <= GT_PRE_ROWS || kind < 0) return 0;
-    return (size_t)((n + 3) / 4) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * gemv_tc_tile_unit_bytes(kind);
+    const size_t tub = gemv_tc_tile_unit_bytes(kind) + (kind ? (size_t)(rt - 4) * sizeof(float) : 0);
+    return (size_t)((n + rt - 1) / rt) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * tub;
 }
 
 /* The device's SMs (read once; 132 if it cannot be read). */
@@ -122,13 +130,16 @@ template <int Q, int MINB> static inline kernel_fn gt_staging_kernel(int in) {
            : in == GT_IN_GNORM ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GNORM>
                                : gemv_tc_kernel<Q, 1, false, MINB, GT_IN_X>;
 }
-/* The split-once kernel of input kind `in` (the 4-bit groups share one layout: Q = 64). */
+/* The split-once kernel of input kind `in` and RT rows a tile (the 4-bit groups share one layout: Q = 64). */
 typedef void (*split_fn)(const float *, const gt_input, int, int64_t, uint4 *, float *);
-template <int Q> static inline split_fn gt_split_kernel(int in) {
-    return in == GT_IN_GLU     ? gemv_split_kernel<Q, GT_IN_GLU>
-           : in == GT_IN_NORM  ? gemv_split_kernel<Q, GT_IN_NORM>
-           : in == GT_IN_GNORM ? gemv_split_kernel<Q, GT_IN_GNORM>
-                               : gemv_split_kernel<Q, GT_IN_X>;
+template <int Q, int RT> static inline split_fn gt_split_kernel_rt(int in) {
+    return in == GT_IN_GLU     ? gemv_split_kernel<Q, GT_IN_GLU, RT>
+           : in == GT_IN_NORM  ? gemv_split_kernel<Q, GT_IN_NORM, RT>
+           : in == GT_IN_GNORM ? gemv_split_kernel<Q, GT_IN_GNORM, RT>
+                               : gemv_split_kernel<Q, GT_IN_X, RT>;
+}
+template <int Q> static inline split_fn gt_split_kernel(int in, int rt) {
+    return rt == 8 ? gt_split_kernel_rt<Q, 8>(in) : gt_split_kernel_rt<Q, 4>(in);
 }
 
 /* Raises the dynamic shared-memory limit of the kernels (once per process and device use). */
@@ -145,27 +156,36 @@ template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
 #endif
     return gt_attr(gemv_tc_kernel<Q, 2, true>, e);
 }
-template <int Q, int NT> static inline cudaError_t gw_attr(cudaError_t e) {
-    static_assert(gw_cfg<Q, NT>::SMEM <= GW_SMEM_MAX, "a wide block's stages must fit an SM");
-    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_wide_kernel<Q, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   gw_cfg<Q, NT>::SMEM)
-                            : e;
+template <int Q, int NT, int RT> static inline cudaError_t gw_attr(cudaError_t e) {
+    typedef gw_cfg<Q, NT, RT> G;
+    static_assert(G::SMEM <= GW_SMEM_MAX, "a wide block's stages must fit an SM");
+    return e == cudaSuccess
+               ? cudaFuncSetAttribute(gemv_wide_kernel<Q, NT, RT>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM)
+               : e;
 }
 template <int Q> static inline cudaError_t gw_attr_q(cudaError_t e) {
-    return gw_attr<Q, 16>(gw_attr<Q, 8>(gw_attr<Q, 4>(e)));
+    e = gw_attr<Q, 8, 8>(gw_attr<Q, 4, 8>(gw_attr<Q, 2, 8>(e)));
+    return gw_attr<Q, 16, 4>(gw_attr<Q, 8, 4>(gw_attr<Q, 4, 4>(e)));
 }
 static inline cudaError_t gemv_tc_init(void) {
     const cudaError_t e = gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess)));
     return gw_attr_q<128>(gw_attr_q<64>(gw_attr_q<0>(e)));
 }
 
+template <int Q, int NT, int RT>
+static inline cudaError_t gw_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
+    return cu_launch(gemv_wide_kernel<Q, NT, RT>, blocks, GT_THREADS, gw_cfg<Q, NT, RT>::SMEM, st, n, job);
+}
 template <int Q>
-static inline cudaError_t gt_launch_q(int nt, unsigned blocks, size_t smem, cudaStream_t st, const float *x, int n,
-                                      const gt_job &job) {
+static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t smem, cudaStream_t st, const float *x,
+                                      int n, const gt_job &job) {
     if (n > GW_MIN_ROWS) {
-        if (nt == 4) return cu_launch(gemv_wide_kernel<Q, 4>, blocks, GT_THREADS, gw_cfg<Q, 4>::SMEM, st, n, job);
-        if (nt == 8) return cu_launch(gemv_wide_kernel<Q, 8>, blocks, GT_THREADS, gw_cfg<Q, 8>::SMEM, st, n, job);
-        return cu_launch(gemv_wide_kernel<Q, 16>, blocks, GT_THREADS, gw_cfg<Q, 16>::SMEM, st, n, job);
+        static_assert(GW_MAX_TILES <= 16, "gemv_wide_kernel instances: 4, 8, 16 tiles of 4 rows; 2, 4, 8 of 8");
+        if (rt == 8)
+            return nt == 2 ? gw_launch<Q, 2, 8>(blocks, st, n, job) : nt == 4 ? gw_launch<Q, 4, 8>(blocks, st, n, job)
+                                                                               : gw_launch<Q, 8, 8>(blocks, st, n, job);
+        return nt == 4 ? gw_launch<Q, 4, 4>(blocks, st, n, job) : nt == 8 ? gw_launch<Q, 8, 4>(blocks, st, n, job)
+                                                                          : gw_launch<Q, 16, 4>(blocks, st, n, job);
     }
     /* x staged by each block (n <= 4: nt = 1) as it is, gated or normalised (a template parameter: a run-time
      * branch in the staging once cost the bf16 kernel ~1.8x, session 3), or split once */
@@ -204,11 +224,13 @@ static inline bool gemv_tc_glu_ok(const qglu &glu, const qweight *W) {
 static inline bool gemv_tc_norm_ok(const qnorm &nm) { return nm.ss && ((uintptr_t)nm.w & 15) == 0; }
 
 /* What a launch does besides the product (gemv_tc_launch_multi): x gated (glu) or normalised (norm), and the
- * residual boundary's producer (ss: y[0] is the residual; one weight). NULL: nothing. */
+ * residual boundary's producer (ss: y[0] is the residual; one weight). NULL: nothing. bf16x: x rounded to bf16
+ * (QUILL_DECODE_PRECISION=bf16). */
 struct gt_extra {
     const qglu *glu;
     const qnorm *norm;
     float *ss;
+    int bf16x;
 };
 
 /* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -235,30 +257,33 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         if (count != 1) return cudaErrorInvalidValue;
         job.ss = ex.ss;
     }
-    if (gemv_tc_pre_bytes(W[0], n) > 0) {
-        const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), items = (int64_t)((n + 3) / 4) * U * GT_STAGE_ITEMS;
+    job.in.bf16 = ex.bf16x;
+    const int rt = gemv_tc_tile_rows(n, ex.bf16x);
+    if (gemv_tc_pre_bytes(W[0], n, ex.bf16x) > 0) {
+        const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), tiles = (n + rt - 1) / rt;
+        const int64_t items = tiles * U * GT_STAGE_ITEMS(rt);
         if (!pre || items > 2147483647LL) return cudaErrorInvalidValue;
-        const size_t sxu = (size_t)((n + 3) / 4) * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
+        const size_t sxu = (size_t)tiles * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
         const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
         const int in = gt_in_kind(job.in);
-        const split_fn split = kind == 0 ? gt_split_kernel<0>(in) : gt_split_kernel<64>(in);
+        const split_fn split = kind == 0 ? gt_split_kernel<0>(in, rt) : gt_split_kernel<64>(in, rt);
         const cudaError_t e = cu_launch(split, blocks, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre,
                                         (float *)job.Xs);
         if (e != cudaSuccess) return e;
     }
-    const int nt = gemv_tc_job_tiles(kind, n, count, W);
+    const int nt = gemv_tc_job_tiles(kind, n, count, W, ex.bf16x);
     size_t smem = 0;
     int64_t blocks = 0;
     for (int i = 0; i < count; i++) {
         job.W[i] = *W[i], job.y[i] = y[i], job.part[i] = part[i], job.tick[i] = tick[i];
         job.S[i] = gemv_tc_split(W[i], kind);
         job.start[i] = (int)blocks;
-        blocks += ((W[i]->n_out + GT_OUT - 1) / GT_OUT) * ((n + 4 * nt - 1) / (4 * nt)) * job.S[i];
+        blocks += ((W[i]->n_out + GT_OUT - 1) / GT_OUT) * ((n + rt * nt - 1) / (rt * nt)) * job.S[i];
         smem = std::max(smem, gemv_tc_smem(W[i], kind, nt));
     }
-    if (job.ss) smem = std::max(smem, GT_SS_SMEM(nt)); /* gt_finish's squares (the wide kernel's stages hold them) */
+    if (job.ss) smem = std::max(smem, GT_SS_SMEM(rt * nt)); /* gt_finish's squares (the wide kernel's stages hold them) */
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     job.start[count] = (int)blocks;
     job.count = count;
@@ -270,14 +295,16 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         job.loop = (int)std::min<int64_t>(n_ob, std::max<int64_t>(1, slots / job.S[0]));
         blocks = (int64_t)job.loop * job.S[0];
     }
-    if (kind == 0) return gt_launch_q<0>(nt, (unsigned)blocks, smem, st, x, n, job);
-    if (kind == 64) return gt_launch_q<64>(nt, (unsigned)blocks, smem, st, x, n, job);
-    return gt_launch_q<128>(nt, (unsigned)blocks, smem, st, x, n, job);
+    if (kind == 0) return gt_launch_q<0>(nt, rt, (unsigned)blocks, smem, st, x, n, job);
+    if (kind == 64) return gt_launch_q<64>(nt, rt, (unsigned)blocks, smem, st, x, n, job);
+    return gt_launch_q<128>(nt, rt, (unsigned)blocks, smem, st, x, n, job);
 }
 
 static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,
-                                         unsigned *tick, void *pre, cudaStream_t st) {
-    return gemv_tc_launch_multi(kind, x, n, 1, &W, &y, &part, &tick, pre, st);
+                                         unsigned *tick, void *pre, cudaStream_t st, int bf16x = 0) {
+    gt_extra ex = gt_extra();
+    ex.bf16x = bf16x;
+    return gemv_tc_launch_multi(kind, x, n, 1, &W, &y, &part, &tick, pre, st, ex);
 }
 
 #endif

@@ -20,6 +20,7 @@ struct gt_input {
     const float *ss, *nw;   /* GT_IN_NORM (ss NULL: not normalised): sums of squares [n][parts], weights [K] */
     float eps;
     int parts;
+    int bf16; /* QUILL_DECODE_PRECISION=bf16: x enters as bf16(x), its lo part 0 (cuda_gemv.cuh) */
 };
 __host__ __device__ inline int gt_in_kind(const gt_input &in) {
     return in.glu.act ? (in.glu.norm_w ? GT_IN_GNORM : GT_IN_GLU) : in.ss ? GT_IN_NORM : GT_IN_X;
@@ -71,10 +72,12 @@ template <int EPT> __device__ __forceinline__ float gt_gnorm_scale(const float (
     return rsqrtf(q[0] / (float)GT_GNORM_DIM + eps);
 }
 
-/* Stages x rows [row0, row0 + 4 nt) for units [u0, u0 + us) as B fragments. For tile T, unit u and
+/* Stages x rows [row0, row0 + RT nt) for units [u0, u0 + us) as B fragments. For tile T, unit u and
  * lane L = (g, t) of the MMA: column g is row row0 + 4T + g/2, its hi part (g even) or lo part (g odd),
  * at the K values lane t's weights hold; sx[((T*us + u)*KSU/2 + jp)*32 + L] = {b0, b1 of k-step 2jp,
  * b0, b1 of k-step 2jp + 1}. 4-bit: sX[(T*us + u)*4 + g/2] = the unit's sum of (hi + lo) for that row.
+ * With in.bf16, x is its hi part (lo = 0). RT = 8 (the many-row kernel with bf16 x): column g is row
+ * row0 + 8T + g, hi only, and sX[(T*us + u)*8 + g]; the same values and sums as RT = 4 with in.bf16.
  * Item i = (T, row r of the tile, u, t), t fastest: one item loads its 16 (4-bit) or 8 (bf16) values of
  * x once and writes both the hi and the lo column, and the items of rows past n (3 of 4 at one row) are
  * whole warps that only write zeros. The caller's threads take items i0, i0 + stride, ... (whole
@@ -83,16 +86,16 @@ template <int EPT> __device__ __forceinline__ float gt_gnorm_scale(const float (
 template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], const float (&h)[N], int e, int part) {
     return part ? __bfloat162float(__float2bfloat16_rn(v[e] - h[e])) : h[e];
 }
-#define GT_STAGE_ITEMS 16 /* items per (tile, unit): 4 rows x 4 lanes t */
-template <int Q, int IN>
+#define GT_STAGE_ITEMS(rt) ((rt) * 4) /* items per (tile, unit): rt rows x 4 lanes t */
+template <int Q, int IN, int RT = 4>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
     typedef gt_cfg<Q> C;
-    const int items = nt * us * GT_STAGE_ITEMS; /* < 2^31: checked where the split rows are launched */
+    const int items = nt * us * GT_STAGE_ITEMS(RT); /* < 2^31: checked where the split rows are launched */
     const int lane = i0 & 31;
     for (int i = i0; i - lane < items; i += stride) { /* warp-uniform: the shuffles below need the whole warp */
-        const int t = i & 3, ru = i >> 2, u = ru % us, Tr = ru / us, T = Tr >> 2, rr = Tr & 3;
-        const int r = row0 + 4 * T + rr;
+        const int t = i & 3, ru = i >> 2, u = ru % us, Tr = ru / us, T = Tr / RT, rr = Tr % RT;
+        const int r = row0 + RT * T + rr;
         const bool live = i < items && r < n; /* uniform over the 4 lanes of (T, r, u) */
         float v[C::EPT], h[C::EPT]; /* x and its hi part; lo = bf16(v - h) where it is used */
         float scale = 0.0f;
@@ -150,15 +153,16 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
 #pragma unroll
             for (int e = 0; e < C::EPT; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
         }
+        const bool hi_only = RT == 8 || in.bf16; /* x is its hi part: the lo columns are zeros */
         if (i < items) {
             const int tu = T * us + u;
 #pragma unroll
-            for (int part = 0; part < 2; part++) { /* the hi column (g = 2 rr), then the lo column (g = 2 rr + 1) */
-                const int L = (2 * rr + part) * 4 + t;
+            for (int part = 0; part < 8 / RT; part++) { /* hi (g = 2 rr), then lo (g = 2 rr + 1); RT 8: hi (g = rr) */
+                const int L = (RT == 8 ? rr : 2 * rr + part) * 4 + t;
 #pragma unroll
                 for (int jp = 0; jp < C::KSU / 2; jp++) {
                     uint32_t b[4] = {0u, 0u, 0u, 0u};
-                    if (live) {
+                    if (live && !(part && hi_only)) {
 #pragma unroll
                         for (int q = 0; q < 2; q++) { /* k-step j's element pairs, paired as the weight side pairs them */
                             const int j = 2 * jp + q;
@@ -176,24 +180,25 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             float sum = 0.0f;
             if (live) {
 #pragma unroll
-                for (int e = 0; e < C::EPT; e++) sum += h[e] + gt_part(v, h, e, 1);
+                for (int e = 0; e < C::EPT; e++) sum += h[e] + (hi_only ? 0.0f : gt_part(v, h, e, 1));
             }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            if (i < items && t == 0) sX[(T * us + u) * 4 + rr] = sum;
+            if (i < items && t == 0) sX[(T * us + u) * RT + rr] = sum;
         }
     }
 }
 
 /* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout
- * with us = U) and each block copies its slice; the values are gt_stage's, so results do not change. */
-template <int Q, int IN>
+ * with us = U, tiles of RT rows) and each block copies its slice; the values are gt_stage's, so results do not
+ * change. */
+template <int Q, int IN, int RT>
 __global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const gt_input in, int n,
                                                          int64_t K, uint4 *__restrict__ xs, float *__restrict__ Xs) {
     cu_pdl_enter();
-    const int nt = (n + 3) / 4;
-    gt_stage<Q, IN>(x, in, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
-                     (int)(blockIdx.x * blockDim.x + threadIdx.x), (int)(gridDim.x * blockDim.x));
+    const int nt = (n + RT - 1) / RT;
+    gt_stage<Q, IN, RT>(x, in, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
+                        (int)(blockIdx.x * blockDim.x + threadIdx.x), (int)(gridDim.x * blockDim.x));
 }
 
 /* A block's slice of the split rows: tiles row0/4 .. + nt, units [u0, u0 + us) of U. */
