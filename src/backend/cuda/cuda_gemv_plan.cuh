@@ -56,13 +56,28 @@ static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
  * cuda_gemv.cuh), else 4 (a row's hi and lo columns; with bf16 x, lo = 0). */
 static inline int gemv_tc_tile_rows(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x ? 8 : 4; }
 
+/* Tiles of 8 rows a many-row block takes at most: 4 (tune_gemv, 64 rows, 4-bit: the MLP shapes 10-17 % faster
+ * than 8, whose kernel spills), but 8 for weights larger than L2 (the head: 4 % slower with 4, the second row
+ * chunk reading it from DRAM again). */
+#ifndef GW_RT8_TILES
+#define GW_RT8_TILES 4
+#endif
+#define GW_HUGE_BYTES ((int64_t)64 << 20)
+
 /* Row tiles of a launch for count weights sharing n rows. Many rows (gemv_wide_kernel): enough for n, up
- * to GW_MAX_TILES. Else the fewest any of the weights takes, so every block's staged slice fits (a launch
- * of one weight: that weight's own). */
+ * to GW_MAX_TILES (tiles of 4 rows) or the above (of 8). Else the fewest any of the weights takes, so every
+ * block's staged slice fits (a launch of one weight: that weight's own). */
 static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *const *W, int bf16x) {
     if (n > GW_MIN_ROWS) {
         const int rt = gemv_tc_tile_rows(n, bf16x);
-        const int most = rt == 8 ? std::min(GW_MAX_TILES, 8) : GW_MAX_TILES; /* gt_launch_q's instances */
+        int most = GW_MAX_TILES;
+        if (rt == 8) { /* gt_launch_q's instances: 2, 4, 8 */
+            most = std::min(GW_RT8_TILES, 8);
+            for (int i = 0; i < count; i++) {
+                const int64_t bytes = kind ? W[i]->n_out * W[i]->n_in / 2 : W[i]->n_out * W[i]->n_in * 2;
+                if (bytes > GW_HUGE_BYTES) most = 8;
+            }
+        }
         int nt = rt == 8 ? 2 : 4;
         while (nt < most && nt * rt < n) nt *= 2;
         return nt;

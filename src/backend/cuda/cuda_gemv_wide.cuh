@@ -27,6 +27,9 @@
 #define GW_MAX_TILES 8 /* row tiles per block at most: 4, 8 or 16 (tune_gemv, 64 rows: 8 beat 16 on 3 of 4 shapes) */
 #endif
 #define GW_UNITS 4 /* units per stage: one turn of the weight ring */
+#ifndef GW_FEW_BLOCKS
+#define GW_FEW_BLOCKS 2 /* blocks per SM the registers of a block of at most 2 tiles are budgeted for */
+#endif
 #define GW_SMEM_MAX (227 * 1024)
 
 /* A stage: the x fragments of NT tiles x GW_UNITS units ([T][d][SXU] uint4), then (4-bit) their X sums
@@ -38,7 +41,7 @@ template <int Q, int NT, int RT> struct gw_cfg {
     static constexpr int STAGE_BYTES = STAGE_U4 * 16;
     static constexpr int STAGES = 3 * STAGE_BYTES <= 112 * 1024 ? 3 : 2;
     static constexpr int SMEM = STAGES * STAGE_BYTES;
-    static constexpr int MIN_BLOCKS = SMEM <= 112 * 1024 ? 2 : 1;
+    static constexpr int MIN_BLOCKS = NT <= 2 ? GW_FEW_BLOCKS : SMEM <= 112 * 1024 ? 2 : 1;
     static_assert(SMEM >= GT_SS_SMEM(RT * NT), "gt_finish keeps the squares of the block's rows in the stages");
 };
 
