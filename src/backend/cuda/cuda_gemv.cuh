@@ -90,7 +90,6 @@ template <int Q> struct gt_cfg {
     static constexpr int UB = Q ? 32 : 64;          /* weight bytes per row per unit */
     static constexpr int DEPTH = Q ? GT_DEPTH_Q4 : GT_DEPTH_BF16; /* units in flight per warp */
     static constexpr int SXU = KSU / 2 * 32;        /* uint4 of staged B fragments per tile per unit */
-    static constexpr int TILE_UNIT_BYTES = SXU * 16 + (Q ? 16 : 0); /* + the 4 rows' X sums */
 };
 
 /* c += a b (cuda_mma.cuh's cu_mma_bf16) with the A fragment as four registers, as the units hold it. */

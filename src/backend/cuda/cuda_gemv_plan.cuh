@@ -14,8 +14,9 @@ static inline int gemv_tc_kind(const qweight *W) {
 }
 
 static inline int gemv_tc_unit_k(int kind) { return kind ? 64 : 32; }
-static inline size_t gemv_tc_tile_unit_bytes(int kind) {
-    return kind ? (size_t)gt_cfg<64>::TILE_UNIT_BYTES : (size_t)gt_cfg<0>::TILE_UNIT_BYTES;
+/* Staged bytes of one tile of rt rows and one unit: the B fragments and (4-bit) the rows' X sums. */
+static inline size_t gemv_tc_tile_unit_bytes(int kind, int rt = 4) {
+    return kind ? (size_t)gt_cfg<64>::SXU * 16 + (size_t)rt * sizeof(float) : (size_t)gt_cfg<0>::SXU * 16;
 }
 
 /* K slices: a function of the weight's shape only. Enough blocks to fill the GPU about twice
@@ -102,8 +103,7 @@ static_assert(GW_MIN_ROWS <= 4 * GT_MAX_TILES, "gemv_tc_kernel takes at most GT_
 static inline size_t gemv_tc_pre_bytes(const qweight *W, int n, int bf16x) {
     const int kind = gemv_tc_kind(W), rt = gemv_tc_tile_rows(n, bf16x);
     if (n <= GT_PRE_ROWS || kind < 0) return 0;
-    const size_t tub = gemv_tc_tile_unit_bytes(kind) + (kind ? (size_t)(rt - 4) * sizeof(float) : 0);
-    return (size_t)((n + rt - 1) / rt) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * tub;
+    return (size_t)((n + rt - 1) / rt) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * gemv_tc_tile_unit_bytes(kind, rt);
 }
 
 /* The device's SMs (read once; 132 if it cannot be read). */
