@@ -279,8 +279,13 @@ int cmd_bench(int argc, char **argv) {
     int64_t wb = decode_weight_bytes(m);
     printf("model %s, backend %s, K/V %s, weights %.2f GB held, %.3f GB read per decode step\n", dir, be->ops->name,
            qwen35_kv_type_name(&m->cfg), m->w.n_bytes / 1e9, wb / 1e9);
-    printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n\n", bw / 1e9,
+    printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n", bw / 1e9,
            bw > 0 ? bw / (double)wb : 0.0);
+    if (!strcmp(be->ops->name, "cuda")) { /* the activation precisions the figures were taken in (README) */
+        const char *pp = getenv("QUILL_PREFILL_PRECISION"), *dp = getenv("QUILL_DECODE_PRECISION");
+        printf("activations: prefill %s, decode matmuls %s\n", pp && *pp ? pp : "split", dp && *dp ? dp : "split");
+    }
+    printf("\n");
     int rc = 0;
     if (grow_prefill) { /* issue 6: growth must cost next to nothing */
         double t_whole = 0, t_grow = 0;
