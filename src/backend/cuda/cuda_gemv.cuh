@@ -239,31 +239,27 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
             gt_mma0(R, a[0][4], a[1][4], a[0][5], a[1][5], f1.x, f1.y);
             gt_mma(P, a[0][2], a[1][2], a[0][3], a[1][3], f0.z, f0.w);
             gt_mma(R, a[0][6], a[1][6], a[0][7], a[1][7], f1.z, f1.w);
-            if constexpr (RT == 8) {
-                const float2 X = *(const float2 *)(xs + T * tX);
-                acc[T][0] = fmaf(s0, P[0] + R[0], fmaf(b0, X.x, acc[T][0]));
-                acc[T][1] = fmaf(s0, P[1] + R[1], fmaf(b0, X.y, acc[T][1]));
-                acc[T][2] = fmaf(s1, P[2] + R[2], fmaf(b1, X.x, acc[T][2]));
-                acc[T][3] = fmaf(s1, P[3] + R[3], fmaf(b1, X.y, acc[T][3]));
-                continue;
+            if constexpr (RT == 8) { /* a column a row: its sum is P + R */
+#pragma unroll
+                for (int c = 0; c < 4; c++) P[c] += R[c];
             }
-            const float h0 = (P[0] + P[1]) + (R[0] + R[1]), h1 = (P[2] + P[3]) + (R[2] + R[3]);
+            const float h0 = (P[0] + P[1]) + (R[0] + R[1]), h1 = (P[2] + P[3]) + (R[2] + R[3]); /* RT 4 */
 #else
             P[0] = P[1] = P[2] = P[3] = 0.0f;
             gt_ksteps<C::KSU>(P, a, bx + T * tx);
-            if constexpr (RT == 8) {
+            const float h0 = P[0] + P[1], h1 = P[2] + P[3]; /* RT 4 */
+#endif
+            if constexpr (RT == 8) { /* P = {og, og, og8, og8} x rows {2t, 2t + 1} */
                 const float2 X = *(const float2 *)(xs + T * tX);
                 acc[T][0] = fmaf(s0, P[0], fmaf(b0, X.x, acc[T][0]));
                 acc[T][1] = fmaf(s0, P[1], fmaf(b0, X.y, acc[T][1]));
                 acc[T][2] = fmaf(s1, P[2], fmaf(b1, X.x, acc[T][2]));
                 acc[T][3] = fmaf(s1, P[3], fmaf(b1, X.y, acc[T][3]));
-                continue;
+            } else {
+                const float X = xs[T * tX];
+                acc[T][0] = fmaf(s0, h0, fmaf(b0, X, acc[T][0]));
+                acc[T][1] = fmaf(s1, h1, fmaf(b1, X, acc[T][1]));
             }
-            const float h0 = P[0] + P[1], h1 = P[2] + P[3];
-#endif
-            const float X = xs[T * tX];
-            acc[T][0] = fmaf(s0, h0, fmaf(b0, X, acc[T][0]));
-            acc[T][1] = fmaf(s1, h1, fmaf(b1, X, acc[T][1]));
         } else {
             gt_ksteps<C::KSU>(acc[T], a, bx + T * tx);
         }
