@@ -204,6 +204,13 @@ typedef struct qbackend_ops {
     qstatus (*gated_delta)(qbackend *be, const float *qkv, const float *g, const float *beta,
                            const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
 
+    /* Optional (NULL: conv1d_silu_gates or its two ops, then gated_delta): the three as one op, bitwise what they
+     * give (out, the conv states, S). x: the conv's input [n][channels of dims]; y and gates->g, gates->beta are
+     * scratch the op may leave unwritten. */
+    qstatus (*conv_gated_delta)(qbackend *be, const float *x, const qseq *seqs, int n_seqs,
+                                float *const *conv_state, const float *conv_w, int kernel, float *y,
+                                const qgdn_gates *gates, float *const *S, qgdn_dims dims, float *out);
+
     /* The residual add fused with the next RMSNorm: x += r, then y = rmsnorm(x) * w, per vector of dim
      * (x, r, y: [n_vec][dim], contiguous, not overlapping). Bitwise what add then rmsnorm give; one pass. */
     qstatus (*add_rmsnorm)(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim,

@@ -377,14 +377,18 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     }
     const qgdn_gates gates = {s->a, s->b, w->A_log, w->dt_bias, s->g, s->beta, n, dims.n_v_heads};
     const int C = qwen35_conv_dim(c);
-    if (be->ops->conv1d_silu_gates) {
+    if (be->ops->conv_gated_delta) {
+        Q_TRY(be->ops->conv_gated_delta(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, c->conv_kernel, s->qkv_c,
+                                        &gates, s->p1, dims, s->go));
+    } else if (be->ops->conv1d_silu_gates) {
         Q_TRY(be->ops->conv1d_silu_gates(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, C, c->conv_kernel, s->qkv_c,
                                          &gates));
     } else {
         Q_TRY(be->ops->conv1d_silu(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, C, c->conv_kernel, s->qkv_c));
         Q_TRY(be->ops->gdn_gates(be, s->a, s->b, n, dims.n_v_heads, w->A_log, w->dt_bias, s->g, s->beta));
     }
-    Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
+    if (!be->ops->conv_gated_delta)
+        Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
     /* the gated norm, rmsnorm(go) * norm_w * silu(z) per head, as out_proj reads go (a gate of its input) */
     const qweight *M[2] = {&L->gate_proj, &L->up_proj};
     const int64_t vD = (int64_t)dims.n_v_heads * dims.v_dim;

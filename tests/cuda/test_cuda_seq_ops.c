@@ -138,6 +138,50 @@ static void test_flash_prefill(void) {
     flash_case(4, 4, 64, 0, QW_F32);   /* no sharing */
 }
 
+/* Equal bits of the GPU buffers in pairs p[i][0], p[i][1]. */
+static int same_bufs(const buf (*p)[2], int n) {
+    int same = 1;
+    for (int i = 0; i < n; i++) {
+        float *u = malloc(p[i][0].bytes), *v = malloc(p[i][0].bytes);
+        OK(gpu->ops->download(gpu, u, p[i][0].g, p[i][0].bytes));
+        OK(gpu->ops->download(gpu, v, p[i][1].g, p[i][0].bytes));
+        same &= memcmp(u, v, p[i][0].bytes) == 0;
+        free(u); free(v);
+    }
+    return same;
+}
+
+/* conv_gated_delta == conv1d_silu_gates + gated_delta, bitwise (out, both seqs' conv states and S), twice in a row
+ * (its tickets are left zero); the seqs are recurrent (not chunked). */
+static void conv_gated_delta_case(qgdn_dims d, buf x, buf w, buf a, buf b, buf Al, buf dt, const qseq *seqs, int ns) {
+    const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4;
+    const size_t Sn = (size_t)d.n_v_heads * d.k_dim * d.v_dim, n = x.bytes / 4 / C;
+    buf y = mk(x.bytes, NULL), g = mk(n * d.n_v_heads * 4, NULL), be = mk(n * d.n_v_heads * 4, NULL);
+    buf o1 = mk(n * d.n_v_heads * d.v_dim * 4, NULL), o2 = mk(o1.bytes, NULL);
+    buf st[2][2], S[2][2];
+    float *stp[2][2], *Sp[2][2];
+    for (int i = 0; i < ns; i++) {
+        st[0][i] = mk_rand((size_t)(K - 1) * C, 1.0f), S[0][i] = mk_rand(Sn, 0.1f);
+        st[1][i] = mk(st[0][i].bytes, NULL), S[1][i] = mk(S[0][i].bytes, NULL);
+        OK(gpu->ops->copy(gpu, st[1][i].g, st[0][i].g, st[0][i].bytes));
+        OK(gpu->ops->copy(gpu, S[1][i].g, S[0][i].g, S[0][i].bytes));
+        for (int v = 0; v < 2; v++) stp[v][i] = st[v][i].g, Sp[v][i] = S[v][i].g;
+    }
+    const qgdn_gates q = {a.g, b.g, Al.g, dt.g, g.g, be.g, (int64_t)n, d.n_v_heads};
+    int same = 1;
+    for (int rep = 0; rep < 2; rep++) {
+        OK(gpu->ops->conv1d_silu_gates(gpu, x.g, seqs, ns, stp[0], w.g, C, K, y.g, &q));
+        OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, ns, Sp[0], d, o1.g));
+        OK(gpu->ops->conv_gated_delta(gpu, x.g, seqs, ns, stp[1], w.g, K, y.g, &q, Sp[1], d, o2.g));
+        const buf pairs[5][2] = {{o1, o2}, {st[0][0], st[1][0]}, {st[0][1], st[1][1]}, {S[0][0], S[1][0]},
+                                 {S[0][1], S[1][1]}};
+        same &= same_bufs(pairs, ns == 2 ? 5 : 1);
+    }
+    expect_flag("conv_gated_delta == conv1d_silu_gates + gated_delta (gpu), twice", same);
+    for (int i = 0; i < ns; i++) rm(st[0][i]), rm(st[1][i]), rm(S[0][i]), rm(S[1][i]);
+    rm(y); rm(g); rm(be); rm(o1); rm(o2);
+}
+
 static void test_gdn(void) {
     const qgdn_dims d = {4, 8, 128, 128};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, n = 90;
@@ -167,19 +211,14 @@ static void test_gdn(void) {
         OK(gpu->ops->conv1d_silu_gates(gpu, x.g, seqs, 2, s2, w.g, C, K, y2.g, &q));
         OK(gpu->ops->conv1d_silu(gpu, x.g, seqs, 2, s3, w.g, C, K, y3.g));
         const buf pairs[5][2] = {{y3, y2}, {g, g2}, {be, be2}, {stA3, stA2}, {stB3, stB2}};
-        int same = 1;
-        for (int i = 0; i < 5; i++) {
-            float *u = malloc(pairs[i][0].bytes), *v = malloc(pairs[i][0].bytes);
-            OK(gpu->ops->download(gpu, u, pairs[i][0].g, pairs[i][0].bytes));
-            OK(gpu->ops->download(gpu, v, pairs[i][1].g, pairs[i][0].bytes));
-            same &= memcmp(u, v, pairs[i][0].bytes) == 0;
-            free(u); free(v);
-        }
-        expect_flag("conv1d_silu_gates == conv1d_silu + gdn_gates (gpu)", same);
+        expect_flag("conv1d_silu_gates == conv1d_silu + gdn_gates (gpu)", same_bufs(pairs, 5));
         rm(y2); rm(y3); rm(g2); rm(be2); rm(stA2); rm(stB2); rm(stA3); rm(stB3);
     }
     size_t Sn = (size_t)d.n_v_heads * d.k_dim * d.v_dim;
     buf SA = mk_rand(Sn, 0.1f), SB = mk_rand(Sn, 0.1f), o = mk((size_t)n * d.n_v_heads * d.v_dim * 4, NULL);
+    conv_gated_delta_case(d, x, w, a, b, Al, dt, seqs, 2);
+    const qseq dec[2] = {{10, 1, 40, 0}, {50, 1, 7, 0}}; /* decode rows */
+    conv_gated_delta_case(d, x, w, a, b, Al, dt, dec, 2);
     float *Sc[2] = {SA.c, SB.c}, *Sg[2] = {SA.g, SB.g};
     OK(cpu->ops->gated_delta(cpu, y.c, g.c, be.c, seqs, 2, Sc, d, o.c));
     OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, 2, Sg, d, o.g));

@@ -162,6 +162,7 @@ static qbackend_ops make_ops(void) {
     o.gdn_gates = cuda_gdn_gates;
     o.conv1d_silu_gates = cuda_conv1d_silu_gates;
     o.gated_delta = cuda_gated_delta;
+    o.conv_gated_delta = cuda_conv_gated_delta;
     o.gated_rmsnorm = cuda_gated_rmsnorm;
     o.swiglu = cuda_swiglu;
     o.add = cuda_add;

@@ -287,6 +287,9 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
                        const float *A_log, const float *dt_bias, float *g, float *beta);
 qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta,
                          const qseq *seqs, int n_seqs, float *const *S, qgdn_dims dims, float *out);
+qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *conv_state,
+                              const float *conv_w, int kernel, float *y, const qgdn_gates *gates, float *const *S,
+                              qgdn_dims dims, float *out);
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
 qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec);
 qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y);

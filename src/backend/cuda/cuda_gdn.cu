@@ -1,6 +1,6 @@
 /* cuda_gdn.cu: the Gated DeltaNet ops: causal depthwise conv1d + SiLU with its kept state, the gates
  * (beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias); also as extra blocks of the conv's launch,
- * conv1d_silu_gates), and the gated delta rule.
+ * conv1d_silu_gates), and the gated delta rule (also with the conv and the gates inside it, conv_gated_delta).
  * Gated delta rule: seqs marked chunked (prompt rows) go to the chunked rule in cuda_gdn_chunked.cu
  * (when dk, dv are multiples of 32, dk <= 128); the others (decode, drafts) run the recurrent rule
  * token by token here. A seq's arithmetic depends only on its own rows: EXACT(batch), EXACT(chunk).
@@ -27,12 +27,22 @@ typedef struct seq_desc {
     int row0, n_rows;
     float *state; /* conv state or recurrent state S of this seq */
 } seq_desc;
+typedef struct seq_desc2 { /* conv_gated_delta's: both states */
+    int row0, n_rows;
+    float *state, *conv;
+} seq_desc2;
 
-static qstatus seq_table(qbackend *be, const qseq *seqs, int n_seqs, float *const *state, cu_tab *out) {
-    seq_desc *tab = (seq_desc *)malloc((size_t)n_seqs * sizeof *tab);
+/* conv: the seqs' conv states for conv_gated_delta's table (seq_desc2), else NULL (seq_desc). */
+static qstatus seq_table(qbackend *be, const qseq *seqs, int n_seqs, float *const *state, cu_tab *out,
+                         float *const *conv = NULL) {
+    const size_t size = conv ? sizeof(seq_desc2) : sizeof(seq_desc);
+    unsigned char *tab = (unsigned char *)malloc((size_t)n_seqs * size);
     if (!tab) return q_fail(Q_ENOMEM, "cuda gdn: out of memory");
-    for (int s = 0; s < n_seqs; s++) tab[s] = (seq_desc){seqs[s].row0, seqs[s].n_rows, state[s]};
-    qstatus st = cu_tab_make(be, tab, (size_t)n_seqs * sizeof *tab, out);
+    for (int s = 0; s < n_seqs; s++) {
+        const seq_desc2 e = {seqs[s].row0, seqs[s].n_rows, state[s], conv ? conv[s] : NULL};
+        memcpy(tab + s * size, &e, size); /* seq_desc is seq_desc2's first members */
+    }
+    qstatus st = cu_tab_make(be, tab, (size_t)n_seqs * size, out);
     free(tab);
     return st;
 }
@@ -164,16 +174,70 @@ qstatus cuda_conv1d_silu_gates(qbackend *be, const float *x, const qseq *seqs, i
  * in registers. Per token: q and k go through shared memory (their norms are fixed-order warp sums,
  * the same in every warp); the dot products k.S[:,j] and q.S[:,j] are each thread's 32-term fma chain,
  * then the warps' partials summed in warp order. */
+/* conv_gated_delta's extras: the conv's weights [C][GDN_CONV_K], the gates' operands (their g and beta are not
+ * written) and one ticket counter per (seq, k head) in the matmul's scratch (zero, and left zero). */
+#define GDN_CONV_K 4
+#ifndef GDN_FUSE_SEQS
+#define GDN_FUSE_SEQS 4 /* more seqs take the two launches: the fused kernel's 128 registers cost the state streaming */
+#endif
+struct gdn_conv {
+    const float *w;
+    qgdn_gates gates;
+    unsigned *tick;
+};
+
+/* One channel of the conv: the window of its last GDN_CONV_K - 1 inputs, oldest first, and its weights; step() is
+ * conv1d_silu_kernel's arithmetic for the next input. */
+struct gdn_conv_ch {
+    float win[GDN_CONV_K - 1], wc[GDN_CONV_K];
+    __device__ void load(const float *state, const float *w, int64_t C, int64_t c) {
+#pragma unroll
+        for (int j = 0; j < GDN_CONV_K - 1; j++) win[j] = state[j * C + c];
+#pragma unroll
+        for (int j = 0; j < GDN_CONV_K; j++) wc[j] = w[c * GDN_CONV_K + j];
+    }
+    __device__ float step(float xt) {
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < GDN_CONV_K - 1; j++) s = fmaf(wc[j], win[j], s);
+        s = fmaf(wc[GDN_CONV_K - 1], xt, s);
+#pragma unroll
+        for (int j = 0; j < GDN_CONV_K - 2; j++) win[j] = win[j + 1];
+        win[GDN_CONV_K - 2] = xt;
+        return silu_f(s);
+    }
+    __device__ void store(float *state, int64_t C, int64_t c) const {
+#pragma unroll
+        for (int j = 0; j < GDN_CONV_K - 1; j++) state[j * C + c] = win[j];
+    }
+};
+
+template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_tab &t, int i) {
+    if constexpr (CONV) return cu_tab_at<seq_desc2>(t, i);
+    const seq_desc e = cu_tab_at<seq_desc>(t, i);
+    return seq_desc2{e.row0, e.n_rows, e.state, NULL};
+}
+
+/* CONV (conv_gated_delta): qkv is the conv's input; each block runs the conv for the channels it reads (its k head's
+ * q and k, thread i channel i; its 32 v columns, in every warp) and the gates of its head, as conv1d_silu_gates
+ * would, so the values are bitwise theirs. The v state is read and written by its one block; a k head's q and k
+ * states are read by all (Hv / Hk) x (dv / 32) blocks of its heads, and the last of them to take the ticket (after
+ * every one has read them) writes them. */
+template <bool CONV>
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
-                   const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out) {
-    cu_pdl_enter();
+                   const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
+    if constexpr (!CONV) cu_pdl_enter();
     __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32];
+    __shared__ int writer;
     const int h = blockIdx.x;
-    const seq_desc sd = cu_tab_at<seq_desc>(seqs, blockIdx.z);
+    const seq_desc2 sd = gdn_seq_at<CONV>(seqs, blockIdx.z);
     const int row0 = sd.row0, n_rows = sd.n_rows;
     float *S = sd.state;
-    if (n_rows == 0) return; /* an empty seq may come with no state (as on the CPU) */
+    if (n_rows == 0) { /* an empty seq may come with no state (as on the CPU) */
+        if constexpr (CONV) cu_pdl_enter();
+        return;
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = d.k_dim / 32;
     const int j = blockIdx.y * 32 + lane, k0 = warp * 32;
     const bool col = j < d.v_dim; /* lanes past dv hold zeros and write nothing */
@@ -184,11 +248,21 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     float s[32];
 #pragma unroll
     for (int c = 0; c < 32; c++) s[c] = col ? Sh[(int64_t)c * d.v_dim] : 0.0f;
+    /* CONV: thread i's q and k channels, the lane's v channel (blockDim.x == dk) */
+    const int64_t cq = (int64_t)hk * d.k_dim + threadIdx.x, ck = cq + (int64_t)d.n_k_heads * d.k_dim;
+    const int64_t cvj = 2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + (col ? j : 0);
+    gdn_conv_ch wq, wk, wv;
+    if constexpr (CONV) { /* the states and weights before the wait: the states are this op's of the last step */
+        wq.load(sd.conv, cv.w, width, cq), wk.load(sd.conv, cv.w, width, ck), wv.load(sd.conv, cv.w, width, cvj);
+        cu_pdl_enter();
+    }
     for (int t = 0; t < n_rows; t++) {
         const float *row = qkv + (int64_t)(row0 + t) * width;
         const float *qh = row + (int64_t)hk * d.k_dim, *kh = row + (int64_t)(d.n_k_heads + hk) * d.k_dim;
         __syncthreads(); /* the previous token is done with sq, sk and part */
-        for (int i = threadIdx.x; i < d.k_dim; i += blockDim.x) sq[i] = qh[i], sk[i] = kh[i];
+        if constexpr (CONV) sq[threadIdx.x] = wq.step(row[cq]), sk[threadIdx.x] = wk.step(row[ck]);
+        else
+            for (int i = threadIdx.x; i < d.k_dim; i += blockDim.x) sq[i] = qh[i], sk[i] = kh[i];
         __syncthreads();
         float qq = 0.0f, kk = 0.0f; /* every warp: the same fixed-order sums */
         for (int c = 0; c < n_warps; c++) {
@@ -198,8 +272,18 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
         }
         const float qn = rsqrtf(warp_sum(qq) + 1e-6f) * qscale, kn = rsqrtf(warp_sum(kk) + 1e-6f);
         const int64_t gi = (int64_t)(row0 + t) * d.n_v_heads + h;
-        const float decay = expf(g[gi]), b = beta[gi];
-        const float vj = col ? row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j] : 0.0f;
+        float decay, b, vj;
+        if constexpr (CONV) { /* gdn_gate_at's arithmetic; v through its conv (every lane: the window moves) */
+            const qgdn_gates &q = cv.gates;
+            const float u = q.a[gi] + q.dt_bias[h];
+            const float sp = u > 20.0f ? u : log1pf(expf(u));
+            decay = expf(-expf(q.A_log[h]) * sp), b = sigmoid_f(q.b[gi]);
+            const float v = wv.step(row[cvj]);
+            vj = col ? v : 0.0f;
+        } else {
+            decay = expf(g[gi]), b = beta[gi];
+            vj = col ? row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j] : 0.0f;
+        }
         float dot = 0.0f;
 #pragma unroll
         for (int c = 0; c < 32; c++) {
@@ -229,6 +313,17 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     if (col) {
 #pragma unroll
         for (int c = 0; c < 32; c++) Sh[(int64_t)c * d.v_dim] = s[c];
+    }
+    if constexpr (CONV) {
+        if (warp == 0 && col) wv.store(sd.conv, width, cvj);
+        if (threadIdx.x == 0) { /* every thread read its q and k states before the loop's barriers */
+            const unsigned readers = (unsigned)(d.n_v_heads / d.n_k_heads) * gridDim.y;
+            unsigned *tk = cv.tick + (int64_t)blockIdx.z * d.n_k_heads + hk;
+            writer = cu_ticket_take(tk) == readers - 1;
+            if (writer) *tk = 0; /* ready for the next call */
+        }
+        __syncthreads();
+        if (writer) wq.store(sd.conv, width, cq), wk.store(sd.conv, width, ck);
     }
 }
 
@@ -263,7 +358,40 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         Q_TRY(st);
     }
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
-    CU_TRY(cu_launch(gated_delta_kernel, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out),
+    CU_TRY(cu_launch(gated_delta_kernel<false>, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out,
+                     gdn_conv{}),
            "gated_delta");
+    return Q_OK;
+}
+
+/* conv1d_silu_gates then gated_delta, in one launch where every seq runs the recurrent rule and the conv's width is
+ * GDN_CONV_K (gated_delta_kernel CONV: y, g and beta are then not written); else the two ops. */
+qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *conv_state,
+                              const float *conv_w, int kernel, float *y, const qgdn_gates *gates, float *const *S,
+                              qgdn_dims dims, float *out) {
+    const int C = 2 * dims.n_k_heads * dims.k_dim + dims.n_v_heads * dims.v_dim;
+    static int env = -1; /* QUILL_CUDA_GDN_FUSE=0: never (an A/B; the same bits) */
+    int fused = kernel == GDN_CONV_K && gates->heads == dims.n_v_heads && n_seqs <= GDN_FUSE_SEQS &&
+                cu_env_on("QUILL_CUDA_GDN_FUSE", &env);
+    for (int s = 0; s < n_seqs; s++) fused &= !seqs[s].chunked;
+    if (!fused || n_seqs <= 0) {
+        Q_TRY(cuda_conv1d_silu_gates(be, x, seqs, n_seqs, conv_state, conv_w, C, kernel, y, gates));
+        return cuda_gated_delta(be, y, gates->g, gates->beta, seqs, n_seqs, S, dims, out);
+    }
+    if (dims.k_dim % 32 || dims.k_dim > 32 * GDN_MAX_PER_LANE || dims.n_k_heads <= 0 ||
+        dims.n_v_heads % dims.n_k_heads)
+        return q_fail(Q_EINVAL, "cuda conv_gated_delta: dk %d, heads %d/%d not supported", dims.k_dim,
+                      dims.n_v_heads, dims.n_k_heads);
+    float *part = NULL;
+    unsigned *tick = NULL;
+    void *pre = NULL;
+    Q_TRY(cu_gemv_scratch(be, 0, (size_t)n_seqs * (size_t)dims.n_k_heads, 0, &part, &tick, &pre));
+    cu_tab d;
+    Q_TRY(seq_table(be, seqs, n_seqs, S, &d, conv_state));
+    const gdn_conv cv = {conv_w, *gates, tick};
+    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
+    CU_TRY(cu_launch(gated_delta_kernel<true>, grid, dims.k_dim, 0, cu_stream(be), x, (const float *)NULL,
+                     (const float *)NULL, d, dims, out, cv),
+           "conv_gated_delta");
     return Q_OK;
 }
