@@ -9,6 +9,7 @@ size_t qwfmt_elem_bytes(qwfmt f) {
     case QW_F16: return 2;
     case QW_BF16: return 2;
     case QW_AFFINE: return 0; /* sub-byte codes: see qweight_bytes */
+    case QW_Q8: return 1;     /* K/V codes (their rows also hold scales: qkv_row_bytes) */
     }
     return 0;
 }

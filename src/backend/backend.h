@@ -26,8 +26,8 @@
 extern "C" {
 #endif
 
-/* Storage format of a weight matrix or of its scales/biases. */
-typedef enum qwfmt { QW_F32, QW_F16, QW_BF16, QW_AFFINE } qwfmt;
+/* Storage format of a weight matrix or of its scales/biases; QW_Q8 is a K/V cache format only (qkv_row_bytes). */
+typedef enum qwfmt { QW_F32, QW_F16, QW_BF16, QW_AFFINE, QW_Q8 } qwfmt;
 
 /* A weight matrix in backend memory, logically [n_out][n_in].
  * F32/F16/BF16: w is [n_out][n_in] of that type.
@@ -169,10 +169,10 @@ typedef struct qbackend_ops {
 
     /* Causal GQA attention. For each seq s: writes k, v rows [row0, row0+n_rows) into the caches of
      * that stream at positions pos0.., then each row at position p attends to positions 0..p.
-     * q, out: [n][n_q][dim]; k, v: [n][n_kv][dim]; k_cache[s], v_cache[s]: [ctx][n_kv][dim] of
-     * kv_fmt elements: QW_F32, or QW_BF16 (each value rounded to nearest even as it is written, read
-     * back exactly: the result is the f32 cache's on the rounded rows). q head h reads kv head
-     * h / (n_q / n_kv). */
+     * q, out: [n][n_q][dim]; k, v: [n][n_kv][dim]; k_cache[s], v_cache[s]: [ctx] rows of
+     * qkv_row_bytes(kv_fmt, n_kv, dim): QW_F32, QW_BF16 (each value rounded to nearest even as it is
+     * written, read back exactly: the result is the f32 cache's on the rounded rows) or QW_Q8 (8-bit
+     * codes and a scale per head, qkv_encode_row; dim % 16 == 0). q head h reads kv head h / (n_q / n_kv). */
     qstatus (*attention)(qbackend *be, const float *q, const float *k, const float *v,
                          const qseq *seqs, int n_seqs, void *const *k_cache, void *const *v_cache,
                          qwfmt kv_fmt, int n_q, int n_kv, int dim, float scale, float *out);
@@ -271,6 +271,20 @@ qstatus cpu_backend_create(int n_threads, qbackend **out);
  * qweight_bytes: bytes the whole matrix holds: w, plus scales and biases for QW_AFFINE. */
 size_t qwfmt_elem_bytes(qwfmt f);
 int64_t qweight_bytes(const qweight *W);
+
+/* K/V cache rows: one position of one attention layer's K (or V) cache, n_kv heads of dim values.
+ * QW_F32 / QW_BF16: [n_kv][dim] elements. QW_Q8: [n_kv][dim] int8 codes, then the heads' n_kv f32 scales,
+ * padded to 16 bytes; head h's value d is code[d] * scale[h] (one f32 product). A head is encoded from its
+ * largest magnitude amax: scale = amax / 127, code = rint(x * (127 / amax)) (f32 operations, ties to even),
+ * so |error| <= scale / 2; amax < 1e-30 gives scale 0 and codes 0; a head holding an inf or a NaN gives
+ * scale NaN (its values read as NaN). Every backend encodes these bits, so caches are byte-identical.
+ * qkv_row_bytes: 0 for a format that is not a K/V format (or a QW_Q8 dim that is not a multiple of 16). */
+int64_t qkv_row_bytes(qwfmt fmt, int n_kv, int dim);
+void qkv_encode_row(qwfmt fmt, const float *x, int n_kv, int dim, void *row);
+/* Head h of an encoded row as dim f32 values. */
+void qkv_decode_head(qwfmt fmt, const void *row, int n_kv, int dim, int h, float *out);
+/* One head of dim values as QW_Q8 codes and scale (qkv_encode_row's rule). */
+void qkv_q8_encode_head(const float *x, int dim, int8_t *codes, float *scale);
 
 #ifdef __cplusplus
 }

@@ -24,8 +24,8 @@ qbackend *cli_backend_create(const char *name, int n_threads);
 /* Parses a whole decimal integer / float; returns 0 on success. */
 int cli_parse_int(const char *s, long long lo, long long hi, long long *out);
 int cli_parse_float(const char *s, double *out);
-/* --kv-type: "bf16" (the commands' default) or "f32" (K/V caches at twice the bytes); sets *bf16,
- * returns 0 on success. */
-int cli_parse_kv_type(const char *s, int *bf16);
+/* --kv-type: "bf16" (the commands' default), "f32" (K/V caches at twice the bytes) or "q8" (8-bit codes and
+ * a scale per head: about half the bytes); sets *type (QKV_*), returns 0 on success. */
+int cli_parse_kv_type(const char *s, int *type);
 
 #endif

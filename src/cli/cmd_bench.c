@@ -106,18 +106,20 @@ static float *random_floats(size_t n, unsigned seed, float scale) {
 static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
     const qwen35_config *c = &m->cfg;
     Q_TRY(qwen35_state_reset(m, st));
-    size_t kv = (size_t)ctx * c->n_kv_heads * c->head_dim;
+    const size_t width = (size_t)c->n_kv_heads * c->head_dim, kv = (size_t)ctx * width;
     size_t S = (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim;
     float *r = random_floats(kv > S ? kv : S, 7u, 1.0f);
     if (!r) return q_fail(Q_ENOMEM, "bench: out of memory");
-    const size_t kv_bytes = kv * qwfmt_elem_bytes(qwen35_kv_fmt(c));
-    uint16_t *rh = c->kv_bf16 ? malloc(kv * sizeof *rh) : NULL; /* the rows as a bf16 cache holds them */
-    if (c->kv_bf16 && !rh) {
+    const qwfmt fmt = qwen35_kv_fmt(c);
+    const size_t row = (size_t)qwen35_kv_row_bytes(c), kv_bytes = (size_t)ctx * row;
+    void *rows = kv_bytes ? malloc(kv_bytes) : NULL; /* the rows as the cache holds them */
+    if (kv_bytes && !rows) {
         free(r);
         return q_fail(Q_ENOMEM, "bench: out of memory");
     }
-    for (size_t i = 0; rh && i < kv; i++) rh[i] = st_f32_to_bf16(r[i]);
-    const void *kv_src = rh ? (const void *)rh : (const void *)r;
+    for (int p = 0; p < ctx; p++) qkv_encode_row(fmt, r + (size_t)p * width, c->n_kv_heads, c->head_dim,
+                                                 (unsigned char *)rows + (size_t)p * row);
+    const void *kv_src = rows;
     qstatus rc = Q_OK;
     for (int l = 0; rc == Q_OK && l < c->n_layers; l++) {
         if (c->layer_is_attn[l]) {
@@ -130,7 +132,7 @@ static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
         }
     }
     free(r);
-    free(rh);
+    free(rows);
     st->n_past = ctx;
     return rc;
 }
@@ -230,13 +232,13 @@ static qstatus engine_prefill_seconds(qwen35_model *m, int n, int kv_grow, doubl
 int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *backend = NULL;
     int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
-    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_bf16 = 1;
+    int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_type = QKV_BF16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
                    "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
-                   "                   [--kv-type bf16|f32]\n"
+                   "                   [--kv-type bf16|f32|q8]\n"
                    "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
                    "                                        K/V whole vs growing in 1024-row steps)\n"
                    "                   [--profile]         (CUDA: per-op GPU time after each figure;\n"
@@ -255,7 +257,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--prefill-chunk") && !cli_parse_int(v, 1, 1 << 20, &iv)) chunk = (int)iv;
         else if (!strcmp(a, "--steps") && !cli_parse_int(v, 1, 64, &iv)) steps = (int)iv;
         else if (!strcmp(a, "--grow-prefill") && !cli_parse_int(v, 1, 1 << 24, &iv)) grow_prefill = (int)iv;
-        else if (!strcmp(a, "--kv-type") && !cli_parse_kv_type(v, &kv_bf16)) {}
+        else if (!strcmp(a, "--kv-type") && !cli_parse_kv_type(v, &kv_type)) {}
         else { fprintf(stderr, "quill bench: bad option %s %s\n", a, v); return 2; }
         if (n_pre < 0 || n_ctx < 0 || n_streams < 0) { fprintf(stderr, "quill bench: bad list '%s'\n", v); return 2; }
     }
@@ -268,7 +270,7 @@ int cmd_bench(int argc, char **argv) {
         be->ops->destroy(be);
         return 1;
     }
-    m->cfg.kv_bf16 = kv_bf16;
+    m->cfg.kv_type = kv_type;
 #ifdef QUILL_HAVE_CUDA
     if (g_profile && cuda_profile_enable(be) != Q_OK) {
         fprintf(stderr, "quill bench: %s\n", q_lasterr());

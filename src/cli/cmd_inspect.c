@@ -38,11 +38,11 @@ int cmd_inspect(int argc, char **argv) {
     long long ctx = 0, parallel = 1;
     double pc_gib = 0, reserve_gib = -1;
     const char *backend = NULL;
-    int kv_bf16 = 1;
+    int kv_type = QKV_BF16;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: quill inspect [MODEL_DIR] [--context C] [--parallel N] [--prompt-cache-gib G]\n"
-                   "                     [--memory-reserve-gib R] [--backend cpu|cuda] [--kv-type bf16|f32]\n");
+                   "                     [--memory-reserve-gib R] [--backend cpu|cuda] [--kv-type bf16|f32|q8]\n");
             return 0;
         } else if (!strcmp(argv[i], "--prompt-cache-gib") && i + 1 < argc) {
             if (cli_parse_float(argv[++i], &pc_gib) || pc_gib < 0) { fprintf(stderr, "quill inspect: bad --prompt-cache-gib\n"); return 2; }
@@ -52,7 +52,7 @@ int cmd_inspect(int argc, char **argv) {
             backend = argv[++i];
             if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) { fprintf(stderr, "quill inspect: bad --backend\n"); return 2; }
         } else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
-            if (cli_parse_kv_type(argv[++i], &kv_bf16)) { fprintf(stderr, "quill inspect: bad --kv-type\n"); return 2; }
+            if (cli_parse_kv_type(argv[++i], &kv_type)) { fprintf(stderr, "quill inspect: bad --kv-type\n"); return 2; }
         } else if (!strcmp(argv[i], "--context") && i + 1 < argc) {
             if (cli_parse_int(argv[++i], 1, 1 << 24, &ctx)) { fprintf(stderr, "quill inspect: bad --context\n"); return 2; }
         } else if (!strcmp(argv[i], "--parallel") && i + 1 < argc) {
@@ -63,7 +63,7 @@ int cmd_inspect(int argc, char **argv) {
     const char *dir = cli_model_dir(model_arg);
     qwen35_config cfg;
     if (qwen35_config_load(dir, &cfg) != Q_OK) { fprintf(stderr, "quill inspect: %s\n", q_lasterr()); return 1; }
-    cfg.kv_bf16 = kv_bf16;
+    cfg.kv_type = kv_type;
     st_set *set = NULL;
     if (st_open_dir(dir, &set) != Q_OK) {
         fprintf(stderr, "quill inspect: %s\n", q_lasterr());
@@ -131,8 +131,9 @@ int cmd_inspect(int argc, char **argv) {
     double gdn = (double)qwen35_gdn_state_bytes(&cfg);
     printf("\nmemory (%s K/V, f32 states)\n", qwen35_kv_type_name(&cfg));
     printf("  weights                 %10.1f MiB\n", mib(tb));
-    printf("  K/V per token           %10.1f KiB  (%d attention layers x 2 x %d x %d)\n", kv_tok / 1024,
-           n_attn, cfg.n_kv_heads, cfg.head_dim);
+    printf("  K/V per token           %10.1f KiB  (%d attention layers x 2 x %lld bytes: %d heads x %d values%s)\n",
+           kv_tok / 1024, n_attn, (long long)qwen35_kv_row_bytes(&cfg), cfg.n_kv_heads, cfg.head_dim,
+           cfg.kv_type == QKV_Q8 ? " + a scale each, to 16 bytes" : "");
     printf("  GDN state per stream    %10.2f MiB  (conv + recurrent, %d layers)\n", mib(gdn), cfg.n_layers - n_attn);
     double kv_all = kv_tok * (double)ctx * (double)parallel;
     printf("  K/V at context %lld x %lld streams %10.1f MiB\n", ctx, parallel, mib(kv_all));

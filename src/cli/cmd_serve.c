@@ -36,8 +36,9 @@ static void serve_usage(FILE *f) {
             "                       holds --context rows from its first use)\n"
             "  --kv-budget-rows N   K/V rows all slots may hold together (default parallel x context);\n"
             "                       a request is charged prompt + max_tokens rows and waits until it fits\n"
-            "  --kv-type bf16|f32   K/V cache element type (default bf16: each K/V value rounded to bf16 as it\n"
-            "                       is written; f32 holds twice the bytes and reads twice at long contexts)\n"
+            "  --kv-type bf16|f32|q8  K/V cache element type (default bf16: each K/V value rounded to bf16 as it\n"
+            "                       is written; f32 holds twice the bytes and reads twice at long contexts; q8\n"
+            "                       8-bit codes with a scale per position and head, about half of bf16's bytes)\n"
             "  --memory-reserve-gib G  memory left free by the startup fit (default max(10 %%, 2 GiB))\n"
             "  --prefill-chunk N    prompt rows per round (default 512)\n"
             "  --queue N            requests waiting for a slot; beyond it 503 + Retry-After (default 64)\n"
@@ -53,14 +54,14 @@ static void serve_usage(FILE *f) {
 typedef struct serve_opts {
     const char *model, *host, *backend, *name;
     long long port, parallel, context, prefill_chunk, queue, threads, kv_grow, kv_budget_rows;
-    int kv_bf16;
+    int kv_type;
     double reserve_gib; /* < 0: the default */
 } serve_opts;
 
 /* 0: run; 1: printed help; 2: usage error. */
 static int parse_opts(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.host = "127.0.0.1", .port = 8080, .parallel = 1, .prefill_chunk = 512, .queue = 64,
-                      .kv_grow = -1, .reserve_gib = -1, .kv_bf16 = 1};
+                      .kv_grow = -1, .reserve_gib = -1, .kv_type = QKV_BF16};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -92,7 +93,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--threads")) bad = cli_parse_int(v, 1, 4096, &o->threads);
         else if (!strcmp(a, "--kv-grow")) bad = cli_parse_int(v, 0, 1 << 24, &o->kv_grow) || o->kv_grow % 16;
         else if (!strcmp(a, "--kv-budget-rows")) bad = cli_parse_int(v, 1, (long long)1 << 40, &o->kv_budget_rows);
-        else if (!strcmp(a, "--kv-type")) bad = cli_parse_kv_type(v, &o->kv_bf16);
+        else if (!strcmp(a, "--kv-type")) bad = cli_parse_kv_type(v, &o->kv_type);
         else if (!strcmp(a, "--memory-reserve-gib")) bad = cli_parse_float(v, &o->reserve_gib) || o->reserve_gib < 0;
         else {
             fprintf(stderr, "quill serve: unknown option %s\n", a);
@@ -115,7 +116,7 @@ static int startup_fit(const char *dir, const char *backend, const serve_opts *o
         fprintf(stderr, "quill serve: %s\n", q_lasterr());
         return 1;
     }
-    cfg.kv_bf16 = o->kv_bf16;
+    cfg.kv_type = o->kv_type;
     int max_pos = cfg.max_positions > 0 ? cfg.max_positions : SERVE_FALLBACK_CONTEXT;
     *n_ctx = o->context ? (int)o->context : max_pos;
     if (o->context > max_pos)
@@ -173,7 +174,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
         goto out;
     }
-    m->cfg.kv_bf16 = o.kv_bf16;
+    m->cfg.kv_type = o.kv_type;
     if (tok_load(dir, &tok) != Q_OK) {
         fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
         goto out;

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "format/config.h"
 #include "util/status.h"
 #ifdef QUILL_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -69,10 +70,12 @@ int cli_parse_int(const char *s, long long lo, long long hi, long long *out) {
     return 0;
 }
 
-int cli_parse_kv_type(const char *s, int *bf16) {
+int cli_parse_kv_type(const char *s, int *type) {
     if (!s) return -1;
-    if (strcmp(s, "f32") && strcmp(s, "bf16")) return -1;
-    *bf16 = !strcmp(s, "bf16");
+    if (!strcmp(s, "f32")) *type = QKV_F32;
+    else if (!strcmp(s, "bf16")) *type = QKV_BF16;
+    else if (!strcmp(s, "q8")) *type = QKV_Q8;
+    else return -1;
     return 0;
 }
 

@@ -19,6 +19,8 @@ static qstatus slot_make(qwen35_model *m, const slot_table *t, qslot *s) {
     int n_attn = 0;
     for (int l = 0; l < c->n_layers; l++) n_attn += c->layer_is_attn[l];
     if (t->kv_grow == 0 || n_attn == 0) return qwen35_state_create(m, t->n_ctx, &s->st);
+    if (!qwen35_kv_row_bytes(c))
+        return q_fail(Q_EINVAL, "slot: %s K/V caches cannot hold head_dim %d", qwen35_kv_type_name(c), c->head_dim);
     Q_TRY(qwen35_state_create_nokv(m, t->n_ctx, &s->st));
     Q_TRY(kvmem_init(&s->kv, m->be, 2 * n_attn, (size_t)qwen35_kv_row_bytes(c), t->n_ctx, t->first_rows));
     for (int l = 0, a = 0; l < c->n_layers; l++) {

@@ -13,6 +13,9 @@
 #define QCFG_MAX_LAYERS 256
 #define QCFG_MAX_EOS 8
 
+/* K/V cache element types (--kv-type f32 | bf16 | q8). */
+enum { QKV_F32, QKV_BF16, QKV_Q8 };
+
 typedef struct qwen35_config {
     char architecture[64]; /* architectures[0], e.g. "Qwen3_5ForCausalLM" */
     int nested;            /* 1 when the text keys came from text_config */
@@ -35,7 +38,7 @@ typedef struct qwen35_config {
     char torch_dtype[16];  /* "bfloat16", ... ("" if absent) */
     qquant_config quant;   /* config["quantization"]; quant.enabled == 0 when absent */
     /* Not from config.json: a serving choice the caller sets before states are made (--kv-type). */
-    int kv_bf16;           /* K/V caches in bf16 (half the bytes of f32); 0 after parsing */
+    int kv_type;           /* K/V caches: QKV_F32 (0 after parsing), QKV_BF16 or QKV_Q8 (qwen35_kv_fmt) */
 } qwen35_config;
 
 /* Parses the JSON text `json` (src names the file in messages). */

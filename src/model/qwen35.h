@@ -124,8 +124,8 @@ qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n_rows, qwen35_sta
 qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
                           float *logits, int32_t *argmax);
 
-/* The K/V caches' element format: QW_BF16 with cfg->kv_bf16 (--kv-type bf16), else QW_F32; and its
- * --kv-type name ("bf16", "f32"). */
+/* The K/V caches' format from cfg->kv_type (--kv-type): QW_F32, QW_BF16 or QW_Q8; and its --kv-type name
+ * ("f32", "bf16", "q8"). */
 qwfmt qwen35_kv_fmt(const qwen35_config *cfg);
 const char *qwen35_kv_type_name(const qwen35_config *cfg);
 /* Channels of the GDN conv: q, k and v of every head, 2 * Hk * dk + Hv * dv. */
@@ -133,7 +133,8 @@ int qwen35_conv_dim(const qwen35_config *cfg);
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
 int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);
-/* Bytes of one position of one attention layer's K (or V) cache: n_kv_heads * head_dim elements. */
+/* Bytes of one position of one attention layer's K (or V) cache (backend.h qkv_row_bytes; 0 where the format
+ * cannot hold the head dim). */
 int64_t qwen35_kv_row_bytes(const qwen35_config *cfg);
 /* Backend bytes of the activation scratch for a batch of up to n_rows rows (forward rounds it up to
  * a power of two, at least 16, before allocating). */

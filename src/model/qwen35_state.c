@@ -17,8 +17,12 @@ static size_t S_bytes(const qwen35_config *c) {
     return (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float);
 }
 
-qwfmt qwen35_kv_fmt(const qwen35_config *c) { return c->kv_bf16 ? QW_BF16 : QW_F32; }
-const char *qwen35_kv_type_name(const qwen35_config *c) { return c->kv_bf16 ? "bf16" : "f32"; }
+qwfmt qwen35_kv_fmt(const qwen35_config *c) {
+    return c->kv_type == QKV_Q8 ? QW_Q8 : c->kv_type == QKV_BF16 ? QW_BF16 : QW_F32;
+}
+const char *qwen35_kv_type_name(const qwen35_config *c) {
+    return c->kv_type == QKV_Q8 ? "q8" : c->kv_type == QKV_BF16 ? "bf16" : "f32";
+}
 
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *c) {
     int n_attn = 0;
@@ -33,7 +37,7 @@ int64_t qwen35_gdn_state_bytes(const qwen35_config *c) {
 }
 
 int64_t qwen35_kv_row_bytes(const qwen35_config *c) {
-    return (int64_t)c->n_kv_heads * c->head_dim * (int64_t)qwfmt_elem_bytes(qwen35_kv_fmt(c));
+    return qkv_row_bytes(qwen35_kv_fmt(c), c->n_kv_heads, c->head_dim);
 }
 
 void qwen35_state_destroy(qwen35_model *m, qwen35_state *st) {
@@ -71,6 +75,11 @@ static qstatus state_create(qwen35_model *m, int n_ctx, int with_kv, qwen35_stat
         return q_fail(Q_ENOMEM, "state: out of memory");
     }
     const size_t kv = (size_t)n_ctx * (size_t)qwen35_kv_row_bytes(c);
+    if (with_kv && !kv) {
+        qwen35_state_destroy(m, st);
+        return q_fail(Q_EINVAL, "state: %s K/V caches cannot hold head_dim %d (q8 needs a multiple of 16)",
+                      qwen35_kv_type_name(c), c->head_dim);
+    }
     const size_t conv = conv_bytes(c), S = S_bytes(c);
     qbackend *be = m->be;
     for (int l = 0; l < c->n_layers; l++) {

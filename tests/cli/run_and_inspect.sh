@@ -45,6 +45,11 @@ check "seeded sampling reproducible" test "$a" = "$b"
 out=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos --kv-type f32 2>/dev/null)
 check "run --kv-type f32 prints 8 ids" bash -c "echo '$out' | grep -Eq '^[0-9]+( [0-9]+){7}$'"
 "$quill" run --prompt-ids 1 --kv-type f16 >/dev/null 2>&1; check "run --kv-type f16 -> 2" test $? -eq 2
+# --kv-type q8 (8-bit codes and a scale per head): the greedy ids of a short prompt match bf16's on this model
+q8=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos --kv-type q8 2>/dev/null)
+b16=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos 2>/dev/null)
+check "run --kv-type q8 prints 8 ids" bash -c "echo '$q8' | grep -Eq '^[0-9]+( [0-9]+){7}$'"
+check "run --kv-type q8: the same greedy ids as bf16" test "$q8" = "$b16"
 
 # errors: usage errors exit 2, runtime errors exit 1 with a message
 "$quill" run --prompt-ids 1,,2 >/dev/null 2>"$tmp/e1"; check "bad ids -> 2" test $? -eq 2
@@ -72,6 +77,9 @@ check "inspect shows K/V per token" grep -q "K/V per token" "$tmp/inspect"
 kib() { sed -n 's/.*K\/V per token *\([0-9.]*\) KiB.*/\1/p' "$1"; }
 check "inspect --kv-type f32: twice the default (bf16) K/V per token" \
   python3 -c "import sys; a, b = float('$(kib "$tmp/inspect")'), float('$(kib "$tmp/ib")'); sys.exit(abs(b - 2 * a) > 0.11)"
+"$quill" inspect --kv-type q8 >"$tmp/i8" 2>&1
+check "inspect --kv-type q8: over half and under 0.6x the bf16 K/V per token (codes, then a scale per head)" \
+  python3 -c "import sys; a, b = float('$(kib "$tmp/inspect")'), float('$(kib "$tmp/i8")'); sys.exit(not (a / 2 < b < 0.6 * a))"
 "$quill" inspect "$src/tests/fixtures/models/gqa4-v2k-mlx4" >"$tmp/i2" 2>&1
 check "inspect MLX model shows affine" grep -q "MLX affine" "$tmp/i2"
 

@@ -91,19 +91,22 @@ static inline void bf16_from(const float *f, uint16_t *o, size_t n) {
     for (size_t i = 0; i < n; i++) { uint32_t u; memcpy(&u, &f[i], 4); o[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16); }
 }
 
-/* A K/V cache of n elements of fmt (QW_F32 or QW_BF16) holding the same random values on both backends. */
-static inline buf mk_cache(size_t n, qwfmt fmt) {
-    if (fmt == QW_F32) return mk_rand(n, 1.0f);
-    float *f = malloc(n * sizeof *f);
-    uint16_t *h = malloc(n * sizeof *h);
-    for (size_t i = 0; i < n; i++) f[i] = frand();
-    bf16_from(f, h, n);
-    buf b = mk(n * sizeof *h, h);
+/* A K/V cache of `rows` positions of n_kv heads of dim values in fmt (backend.h qkv_row_bytes), holding the
+ * same random rows on both backends. */
+static inline buf mk_cache(size_t rows, int n_kv, int dim, qwfmt fmt) {
+    const size_t width = (size_t)n_kv * dim, rb = (size_t)qkv_row_bytes(fmt, n_kv, dim);
+    float *f = malloc(width * sizeof *f);
+    unsigned char *c = malloc(rows * rb);
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t i = 0; i < width; i++) f[i] = frand();
+        qkv_encode_row(fmt, f, n_kv, dim, c + r * rb);
+    }
+    buf b = mk(rows * rb, c);
     free(f);
-    free(h);
+    free(c);
     return b;
 }
-static inline const char *kv_name(qwfmt fmt) { return fmt == QW_BF16 ? "bf16 K/V" : "f32 K/V"; }
+static inline const char *kv_name(qwfmt fmt) { return fmt == QW_Q8 ? "q8 K/V" : fmt == QW_BF16 ? "bf16 K/V" : "f32 K/V"; }
 
 /* Whether b holds the same bytes on both backends. */
 static inline void expect_same_buf(const char *name, buf b) {

@@ -10,6 +10,8 @@
 #   profile  quill bench --profile: the per-op GPU time table of a decode step (1 stream, PROFILE_STREAMS: 16 64)
 #            and of a prefill (split and bf16 precision; pprofile: the prefill tables alone)
 #   ncu      tests/cuda/ncu_decode.sh on the 4-bit model (its reports come back in $OUT)
+#   kv8      the 4-bit model's decode with bf16 and q8 K/V caches at contexts 0 and 32768 (1, 16, 64 streams),
+#            q8 on the SIMT attention too, its prefill, and the 32k decode step's per-op profile with q8
 #   variant  a second quill build with VARIANT_FLAGS (e.g. "-DGT_BLOCKS_Q4=128") and the 4-bit decode figures from
 #            both builds, one after the other (an A/B of a kernel knob on the whole model; VARIANT_ARGS: the
 #            bench's options, default "--contexts 0 --streams 4,16")
@@ -41,14 +43,14 @@ cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_C
   cmake --build build-cuda -j "$(nproc)" >>"$log" 2>&1 || { tail -60 "$log" | tee -a "$summary"; echo "build failed"; exit 1; }
 
 m=/tmp/m9
-if has decode || has prefill || has p4096 || has pprofile || has profile || has ncu || has variant; then # the model files are made on the CPU while the GPU checks run
+if has decode || has prefill || has p4096 || has pprofile || has profile || has ncu || has variant || has kv8; then # the model files are made on the CPU while the GPU checks run
   ( [ -d $m ] || build-cuda/quill synth --preset 9b $m >>"$OUT/synth.log" 2>&1
     [ -d ${m}q4 ] || build-cuda/quill quantize $m ${m}q4 --bits 4 --group-size 64 >>"$OUT/synth.log" 2>&1 ) &
   synth_pid=$!
 fi
 if has checks; then
   stamp "cuda checks"
-  BUILD=build-cuda OUT=$OUT timeout 260 bash tests/cuda/run.sh >"$OUT/cuda-checks.txt" 2>&1
+  BUILD=build-cuda OUT=$OUT timeout 420 bash tests/cuda/run.sh >"$OUT/cuda-checks.txt" 2>&1
   echo "## cuda checks rc=$?" >>"$summary"
   tail -17 "$OUT/cuda-checks.txt" >>"$summary"
 fi
@@ -116,7 +118,7 @@ fi
 if has profile; then
   q 60 "profile ${m}q4: decode, 1 stream" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile --prefill '' \
     --contexts 0 --streams '' --steps 8
-  for kv in f32 bf16; do
+  for kv in f32 bf16 q8; do
     q 60 "profile ${m}q4: decode, 1 stream at 32k, $kv K/V" X=1 build-cuda/quill bench ${m}q4 --backend cuda --profile \
       --kv-type $kv --prefill '' --contexts 32768 --streams '' --steps 8
   done
@@ -140,6 +142,20 @@ if has variant; then
     q 60 "decode ${m}q4 with $b (${VARIANT_FLAGS:-})" X=1 $b/quill bench ${m}q4 --backend cuda --prefill '' \
       ${VARIANT_ARGS:---contexts 0 --streams 4,16} --steps 16
   done
+fi
+if has kv8; then
+  B="build-cuda/quill bench ${m}q4 --backend cuda"
+  for kv in bf16 q8 bf16 q8; do
+    q 90 "decode ${m}q4, $kv K/V" X=1 $B --kv-type $kv --prefill '' --contexts 0,32768 --streams 16,64 --steps 16
+  done
+  q 60 "decode ${m}q4, q8 K/V, SIMT attention" QUILL_CUDA_ATT_TC=0 $B --kv-type q8 --prefill '' --contexts 0,32768 \
+    --streams '' --steps 16
+  for p in split bf16; do
+    q 60 "prefill 4096 ${m}q4 $p, q8 K/V" QUILL_PREFILL_PRECISION=$p $B --kv-type q8 --contexts '' --streams '' \
+      --prefill 4096 --prefill-chunk 4096
+  done
+  q 60 "profile ${m}q4: decode, 1 stream at 32k, q8 K/V" X=1 $B --profile --kv-type q8 --prefill '' --contexts 32768 \
+    --streams '' --steps 8
 fi
 if has ncu; then
   stamp ncu

@@ -19,8 +19,8 @@ static void attention_case(qwfmt fmt) {
     OK(cpu->ops->rope(cpu, q.c, n, nq, D, rot, p.c, 1e7f));
     OK(gpu->ops->rope(gpu, q.g, n, nq, D, rot, p.g, 1e7f));
     expect_close("rope (theta 1e7, 64 of 256 dims)", q, 1e-5);
-    buf kcA = mk_cache((size_t)ctx * nkv * D, fmt), vcA = mk_cache((size_t)ctx * nkv * D, fmt);
-    buf kcB = mk_cache((size_t)ctx * nkv * D, fmt), vcB = mk_cache((size_t)ctx * nkv * D, fmt);
+    buf kcA = mk_cache(ctx, nkv, D, fmt), vcA = mk_cache(ctx, nkv, D, fmt);
+    buf kcB = mk_cache(ctx, nkv, D, fmt), vcB = mk_cache(ctx, nkv, D, fmt);
     buf out = mk((size_t)n * nq * D * 4, NULL);
     qseq seqs[2] = {{0, 100, 0, 1}, {100, NB, PB, 0}};
     void *kc_c[2] = {kcA.c, kcB.c}, *vc_c[2] = {vcA.c, vcB.c}, *kc_g[2] = {kcA.g, kcB.g}, *vc_g[2] = {vcA.g, vcB.g};
@@ -28,7 +28,7 @@ static void attention_case(qwfmt fmt) {
     OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, 2, kc_g, vc_g, fmt, nq, nkv, D, 1.0f / 16, out.g));
     char name[96];
     snprintf(name, sizeof name, "attention 2 seqs, GQA 4:1, D 256, %s", kv_name(fmt));
-    expect_close(name, out, cuda_flash_precision() == FLASH_SPLIT ? 1e-5 : 2e-2);
+    expect_close(name, out, cuda_flash_precision() == FLASH_SPLIT ? (fmt == QW_Q8 ? 2e-5 : 1e-5) : 2e-2);
     snprintf(name, sizeof name, "  caches written (decode and prompt rows): same bytes");
     expect_same_buf(name, kcB);
     expect_same_buf(name, vcA);
@@ -47,6 +47,7 @@ static void attention_case(qwfmt fmt) {
 static void test_attention(void) {
     attention_case(QW_F32);
     attention_case(QW_BF16);
+    attention_case(QW_Q8); /* the codes and scales each backend writes: byte for byte */
 }
 
 /* Prompt rows (chunked = 1) through the flash kernel: several seqs (lengths 1, 63, 64, 65, 300 at
@@ -64,8 +65,8 @@ static void flash_case(int nq, int nkv, int D, int check_exact, qwfmt fmt) {
     void *kc_c[NS], *vc_c[NS], *kc_g[NS], *vc_g[NS];
     qseq seqs[NS];
     for (int s = 0; s < NS; s++) {
-        kc[s] = mk_cache((size_t)ctx[s] * kw, fmt);
-        vc[s] = mk_cache((size_t)ctx[s] * kw, fmt);
+        kc[s] = mk_cache(ctx[s], nkv, D, fmt);
+        vc[s] = mk_cache(ctx[s], nkv, D, fmt);
         kc_c[s] = kc[s].c; vc_c[s] = vc[s].c; kc_g[s] = kc[s].g; vc_g[s] = vc[s].g;
         seqs[s] = (qseq){row0[s], len[s], p0[s], 1};
     }
@@ -131,9 +132,12 @@ static void flash_case(int nq, int nkv, int D, int check_exact, qwfmt fmt) {
 static void test_flash_prefill(void) {
     flash_case(16, 4, 256, 1, QW_F32); /* the 9B shape: GQA 4:1, dim 256 */
     flash_case(16, 4, 256, 1, QW_BF16);
+    flash_case(16, 4, 256, 1, QW_Q8);
     flash_case(8, 2, 128, 1, QW_F32);
+    flash_case(8, 2, 128, 0, QW_Q8);
     flash_case(8, 2, 64, 0, QW_F32);
     flash_case(8, 2, 64, 0, QW_BF16);
+    flash_case(8, 2, 64, 0, QW_Q8);
     flash_case(16, 2, 128, 0, QW_F32); /* GQA 8:1 */
     flash_case(4, 4, 64, 0, QW_F32);   /* no sharing */
 }
@@ -249,7 +253,8 @@ static void test_gdn(void) {
 /* Many decode seqs: their tables no longer fit the kernel parameters (cu_tab, 2 KB: 64 attention rows,
  * 128 GDN seqs), so they are staged and read through a device pointer. One row each at varied positions,
  * against the CPU, and one seq alone vs among all (bitwise). Attention at D 256 (16-byte rows), D 128 (bf16, 6 query
- * heads per kv head) and D 64; with bf16 caches the tensor-core split kernel (QUILL_CUDA_ATT_TC=0: the SIMT one). */
+ * heads per kv head) and D 64; with bf16 and q8 caches the tensor-core split kernel (QUILL_CUDA_ATT_TC=0: the SIMT
+ * one). */
 static void attention_many_case(int nq, int nkv, int D, qwfmt fmt) {
     enum { NS = 100 };
     const size_t qw = (size_t)nq * D, kw = (size_t)nkv * D;
@@ -260,8 +265,8 @@ static void attention_many_case(int nq, int nkv, int D, qwfmt fmt) {
     qseq seqs[NS];
     for (int s = 0; s < NS; s++) {
         const int pos = (s * 37) % 600; /* up to 3 splits of 256 keys */
-        kc[s] = mk_cache((size_t)(pos + 1) * kw, fmt);
-        vc[s] = mk_cache((size_t)(pos + 1) * kw, fmt);
+        kc[s] = mk_cache(pos + 1, nkv, D, fmt);
+        vc[s] = mk_cache(pos + 1, nkv, D, fmt);
         kc_c[s] = kc[s].c; vc_c[s] = vc[s].c; kc_g[s] = kc[s].g; vc_g[s] = vc[s].g;
         seqs[s] = (qseq){s, 1, pos, 0};
     }
@@ -289,6 +294,9 @@ static void test_many_seqs(void) {
     attention_many_case(8, 2, 64, QW_F32);
     attention_many_case(8, 2, 64, QW_BF16);
     attention_many_case(12, 2, 128, QW_BF16); /* groups of 4 and 2 query heads per kv head */
+    attention_many_case(16, 4, 256, QW_Q8);   /* q8: the tensor-core kernel's three head dims */
+    attention_many_case(12, 2, 128, QW_Q8);
+    attention_many_case(8, 2, 64, QW_Q8);
     enum { NS = 130 };
     const qgdn_dims d = {2, 4, 64, 64};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, Hv = d.n_v_heads;

@@ -1,13 +1,13 @@
 /* test_model_batch.c: properties of one forward for everything, on a golden fixture model (gqa4-v2k, or the one
- * QUILL_TEST_MODEL names: gqa4-v2k-mlx4 takes the CUDA decode matmul's 4-bit kernels), with f32
- * and with bf16 K/V caches (each group of tests runs once per cache type):
+ * QUILL_TEST_MODEL names: gqa4-v2k-mlx4 takes the CUDA decode matmul's 4-bit kernels), with f32, bf16 and
+ * q8 K/V caches (each group of tests runs once per cache type):
  * - prefill-then-decode equals one whole-sequence pass (logits within 1e-4 relative; 2e-2 where the CUDA decode
  *   matmuls round x to bf16, QUILL_DECODE_PRECISION=bf16);
  * - EXACT(chunk): prefill cut into 64-, 128- or 512-row forwards gives bit-identical logits;
  * - EXACT(batch): a stream batched with two others (one prefilling, one decoding) gets bit-identical
  *   logits to the same stream alone;
  * - bad batches (gaps, reordered rows, token out of range) are refused with a message;
- * - bf16 K/V gives logits close to f32 K/V (the rounding of the cache is all that differs). */
+ * - bf16 and q8 K/V give logits close to f32 K/V (the rounding of the cache is all that differs). */
 #include "model_fixture.h"
 
 #include <string.h>
@@ -20,7 +20,7 @@ typedef struct env {
     int V;
 } env;
 
-static int setup(void **state, int kv_bf16) {
+static int setup(void **state, int kv_type) {
     static env e;
     char dir[1024];
     const char *name = getenv("QUILL_TEST_MODEL");
@@ -34,12 +34,13 @@ static int setup(void **state, int kv_bf16) {
         return -1;
     }
     e.V = e.m->cfg.vocab_size;
-    e.m->cfg.kv_bf16 = kv_bf16;
+    e.m->cfg.kv_type = kv_type;
     *state = &e;
     return 0;
 }
-static int setup_f32(void **state) { return setup(state, 0); }
-static int setup_bf16(void **state) { return setup(state, 1); }
+static int setup_f32(void **state) { return setup(state, QKV_F32); }
+static int setup_bf16(void **state) { return setup(state, QKV_BF16); }
+static int setup_q8(void **state) { return setup(state, QKV_Q8); }
 
 static int teardown(void **state) {
     env *e = *state;
@@ -175,17 +176,18 @@ static void test_k_rows_equal_k_passes(void **state) {
     free(scratch);
 }
 
-/* The same prompt through f32 and bf16 caches: logits within 1e-2 relative (bf16 keeps 8 bits of each
- * K/V value; a broken conversion would be far off). Restores the group's cache type. */
-static void test_bf16_kv_close(void **state) {
+/* The same prompt through f32, bf16 and q8 caches: logits within 1e-2 (bf16 keeps 8 bits of each K/V value)
+ * and 3e-2 (q8: 8-bit codes of each head's largest magnitude) relative of f32's; a broken conversion would be
+ * far off. Restores the group's cache type. */
+static void test_kv_types_close(void **state) {
     env *e = *state;
-    const int keep = e->m->cfg.kv_bf16;
+    const int keep = e->m->cfg.kv_type, types[3] = {QKV_F32, QKV_BF16, QKV_Q8};
     int32_t ids[120];
     make_prompt(ids, 120, e->V, 13);
-    float *lg[2];
-    for (int t = 0; t < 2; t++) {
+    float *lg[3];
+    for (int t = 0; t < 3; t++) {
         lg[t] = malloc((size_t)e->V * sizeof *lg[t]);
-        e->m->cfg.kv_bf16 = t;
+        e->m->cfg.kv_type = types[t];
         qwen35_state *st = NULL;
         assert_ok(qwen35_state_create(e->m, 128, &st));
         assert_ok(prefill(e->m, st, ids, 100, 512, lg[t]));
@@ -195,12 +197,12 @@ static void test_bf16_kv_close(void **state) {
         }
         qwen35_state_destroy(e->m, st);
     }
-    e->m->cfg.kv_bf16 = keep;
-    const double err = rel_err(lg[1], lg[0], (size_t)e->V);
-    printf("bf16 vs f32 K/V after 120 tokens: logits rel err %.2e\n", err);
+    e->m->cfg.kv_type = keep;
+    const double err = rel_err(lg[1], lg[0], (size_t)e->V), err8 = rel_err(lg[2], lg[0], (size_t)e->V);
+    printf("bf16 / q8 vs f32 K/V after 120 tokens: logits rel err %.2e / %.2e\n", err, err8);
     assert_true(err > 0 && err <= 1e-2);
-    free(lg[0]);
-    free(lg[1]);
+    assert_true(err8 > 0 && err8 <= 3e-2);
+    for (int t = 0; t < 3; t++) free(lg[t]);
 }
 
 static void test_bad_batches(void **state) {
@@ -230,8 +232,9 @@ int main(void) {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_k_rows_equal_k_passes),
         cmocka_unit_test(test_bad_batches),
-        cmocka_unit_test(test_bf16_kv_close),
+        cmocka_unit_test(test_kv_types_close),
     };
     const int f32 = cmocka_run_group_tests_name("f32 K/V", tests, setup_f32, teardown);
-    return f32 + cmocka_run_group_tests_name("bf16 K/V", tests, setup_bf16, teardown);
+    const int bf16 = cmocka_run_group_tests_name("bf16 K/V", tests, setup_bf16, teardown);
+    return f32 + bf16 + cmocka_run_group_tests_name("q8 K/V", tests, setup_q8, teardown);
 }

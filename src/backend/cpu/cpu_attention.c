@@ -83,12 +83,12 @@ typedef struct attn_job {
     float *out;
 } attn_job;
 
-/* Element `off` of a cache onwards as dim f32 values: the cache itself (f32) or its bf16 values widened
- * into buf. */
-static const float *kv_at(const void *cache, qwfmt fmt, int64_t off, int dim, float *buf) {
-    if (fmt == QW_F32) return (const float *)cache + off;
-    const uint16_t *h = (const uint16_t *)cache + off;
-    for (int d = 0; d < dim; d++) buf[d] = cpu_bf16_to_f32(h[d]);
+/* Head kvh of cache position k as dim f32 values: the cache itself (f32) or the row decoded into buf. */
+static const float *kv_at(const void *cache, qwfmt fmt, int64_t row_bytes, int64_t k, int n_kv, int kvh, int dim,
+                          float *buf) {
+    const unsigned char *row = (const unsigned char *)cache + k * row_bytes;
+    if (fmt == QW_F32) return (const float *)row + (int64_t)kvh * dim;
+    qkv_decode_head(fmt, row, n_kv, dim, kvh, buf);
     return buf;
 }
 
@@ -96,7 +96,7 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) 
     const attn_job *j = ctx;
     float *score = cpu_scratch_at(j->cb, thread_index), *row = score + j->max_ctx;
     const int dim = j->dim, group = j->n_q / j->n_kv;
-    const int64_t kv_row = (int64_t)j->n_kv * dim; /* elements per cache position */
+    const int64_t kv_row = qkv_row_bytes(j->kv_fmt, j->n_kv, dim);
     for (int64_t it = begin; it < end; it++) {
         int64_t fi = it / j->n_q;
         int h = (int)(it % j->n_q), kvh = h / group;
@@ -107,7 +107,7 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) 
         const void *kc = j->k_cache[s], *vc = j->v_cache[s];
         float m = -INFINITY;
         for (int64_t k = 0; k <= p; k++) {
-            score[k] = cpu_dot(qh, kv_at(kc, j->kv_fmt, k * kv_row + kvh * dim, dim, row), dim) * j->scale;
+            score[k] = cpu_dot(qh, kv_at(kc, j->kv_fmt, kv_row, k, j->n_kv, kvh, dim, row), dim) * j->scale;
             if (score[k] > m) m = score[k];
         }
         double sum = 0.0;
@@ -119,19 +119,9 @@ static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) 
         float *o = j->out + (r * j->n_q + h) * dim;
         for (int d = 0; d < dim; d++) o[d] = 0.0f;
         for (int64_t k = 0; k <= p; k++) {
-            cpu_axpy(o, score[k] / fsum, kv_at(vc, j->kv_fmt, k * kv_row + kvh * dim, dim, row), dim);
+            cpu_axpy(o, score[k] / fsum, kv_at(vc, j->kv_fmt, kv_row, k, j->n_kv, kvh, dim, row), dim);
         }
     }
-}
-
-/* n values into a cache at element `off`: copied (f32) or rounded to bf16. */
-static void kv_store(void *cache, qwfmt fmt, int64_t off, const float *x, int64_t n) {
-    if (fmt == QW_F32) {
-        memcpy((float *)cache + off, x, (size_t)n * sizeof(float));
-        return;
-    }
-    uint16_t *h = (uint16_t *)cache + off;
-    for (int64_t i = 0; i < n; i++) h[i] = cpu_f32_to_bf16(x[i]);
 }
 
 qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
@@ -140,7 +130,8 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
     if (n_q <= 0 || n_kv <= 0 || dim <= 0 || n_q % n_kv != 0)
         return q_fail(Q_EINVAL, "attention: n_q %d, n_kv %d, dim %d (n_q must be a multiple of n_kv)", n_q,
                       n_kv, dim);
-    if (kv_fmt != QW_F32 && kv_fmt != QW_BF16) return q_fail(Q_EINVAL, "attention: K/V cache format %d", (int)kv_fmt);
+    const int64_t row_bytes = qkv_row_bytes(kv_fmt, n_kv, dim);
+    if (!row_bytes) return q_fail(Q_EINVAL, "attention: K/V cache format %d with dim %d", (int)kv_fmt, dim);
     cpu_backend *cb = cpu_impl(be);
     int64_t *prefix;
     if (n_seqs < 0) return q_fail(Q_EINVAL, "attention: n_seqs %d", n_seqs);
@@ -161,8 +152,8 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
     for (int s = 0; s < n_seqs; s++) {
         for (int t = 0; t < seqs[s].n_rows; t++) {
             int64_t r = (int64_t)seqs[s].row0 + t, p = (int64_t)seqs[s].pos0 + t;
-            kv_store(k_cache[s], kv_fmt, p * width, k + r * width, width);
-            kv_store(v_cache[s], kv_fmt, p * width, v + r * width, width);
+            qkv_encode_row(kv_fmt, k + r * width, n_kv, dim, (unsigned char *)k_cache[s] + p * row_bytes);
+            qkv_encode_row(kv_fmt, v + r * width, n_kv, dim, (unsigned char *)v_cache[s] + p * row_bytes);
         }
     }
     attn_job job = {cb, q, seqs, n_seqs, prefix, k_cache, v_cache, kv_fmt, max_ctx, n_q, n_kv, dim, scale, out};

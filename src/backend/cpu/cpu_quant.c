@@ -45,7 +45,8 @@ float cpu_load_elem(const void *base, qwfmt fmt, int64_t i) {
     }
     case QW_F16: return cpu_f16_to_f32(cpu_load_u16(p + i * 2));
     case QW_BF16: return cpu_bf16_to_f32(cpu_load_u16(p + i * 2));
-    case QW_AFFINE: break;
+    case QW_AFFINE:
+    case QW_Q8: break;
     }
     return 0.0f; /* unreachable after cpu_weight_check */
 }
@@ -143,5 +144,6 @@ void cpu_weight_row(const qweight *W, int64_t o, float *dst) {
         return;
     }
     case QW_AFFINE: affine_row(W, o, dst); return;
+    case QW_Q8: return; /* not a weight format: cpu_weight_check refuses it */
     }
 }

@@ -1,6 +1,6 @@
 /* cuda_attention.cu: partial NeoX RoPE, and causal GQA attention over a stream's K/V cache.
- * Layouts (backend.h): q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] of f32 or
- * bf16 (cuda_kv.cuh: every kernel that touches a cache is a template on its element type T).
+ * Layouts (backend.h): q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx] rows of f32, bf16 or q8
+ * (cuda_kv.cuh: every kernel that touches a cache is a template on its element type T).
  * Decode rows: see attention_decode_rows (one launch for all streams, keys split by position).
  * Prompt seqs: a kernel writes the seq's new k/v rows into its caches, then the tensor-core flash
  * kernel (cuda_flash_prefill.cu) runs where it supports the shape; elsewhere one block per
@@ -43,24 +43,14 @@ qstatus cuda_rope(qbackend *be, float *x, int n, int n_heads, int head_dim, int 
     return Q_OK;
 }
 
-/* One row's k and v (width values each) into the cache rows kd, vd, by the block's threads. */
-template <typename T>
-__device__ __forceinline__ void kv_write_row(const float *__restrict__ ks, const float *__restrict__ vs, T *kd, T *vd,
-                                             int width) {
-    for (int i = threadIdx.x; i < width; i += blockDim.x) {
-        kv_put(kd + i, ks[i]);
-        kv_put(vd + i, vs[i]);
-    }
-}
-
 /* Prompt rows: block r writes row row0 + r at position pos0 + r. */
 template <typename T>
 __global__ void kv_write_kernel(const float *__restrict__ k, const float *__restrict__ v, int row0, int pos0,
-                                int width, T *kc, T *vc) {
+                                int n_kv, int dim, T *kc, T *vc) {
     cu_pdl_enter();
     const int r = blockIdx.x;
-    kv_write_row(k + (int64_t)(row0 + r) * width, v + (int64_t)(row0 + r) * width, kc + (int64_t)(pos0 + r) * width,
-                 vc + (int64_t)(pos0 + r) * width, width);
+    const int64_t width = (int64_t)n_kv * dim, at = (pos0 + r) * kv_stride<T>(n_kv, dim);
+    kv_write_row(k + (row0 + r) * width, v + (row0 + r) * width, kc + at, vc + at, n_kv, dim);
 }
 
 /* One key's step of the online softmax for one query head: its score s and the lane's per values of its V
@@ -94,16 +84,19 @@ __device__ void block_attend(const float *__restrict__ qr, const T *__restrict__
         acc[c] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
+    const int64_t stride = kv_stride<T>(n_kv, dim);
     for (int j = start + warp; j < end; j += ATT_WARPS) {
-        const T *kj = kc + ((int64_t)j * n_kv + kvh) * dim;
+        const T *kr = kc + j * stride, *kj = kr + (int64_t)kvh * dim;
+        const float ks = kv_scale(kr, n_kv, dim, kvh);
         float d = 0.0f;
 #pragma unroll
         for (int c = 0; c < ATT_MAX_PER_LANE; c++)
-            if (c < per) d = fmaf(qv[c], kv_get(kj + lane + 32 * c), d);
-        const T *vj = vc + ((int64_t)j * n_kv + kvh) * dim;
+            if (c < per) d = fmaf(qv[c], kv_value<T>(kv_get(kj + lane + 32 * c), ks), d);
+        const T *vr0 = vc + j * stride, *vj = vr0 + (int64_t)kvh * dim;
+        const float vsc = kv_scale(vr0, n_kv, dim, kvh);
         float vr[ATT_MAX_PER_LANE];
 #pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++) vr[c] = c < per ? kv_get(vj + lane + 32 * c) : 0.0f;
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) vr[c] = c < per ? kv_value<T>(kv_get(vj + lane + 32 * c), vsc) : 0.0f;
         att_online(warp_sum(d) * scale, vr, per, acc, m, l);
     }
     if (lane == 0) {
@@ -147,11 +140,11 @@ attention_kernel(const float *__restrict__ q, int row0, int pos0, const T *__res
 
 template <typename T>
 __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *__restrict__ v,
-                                     const __grid_constant__ cu_tab rows, int width) {
+                                     const __grid_constant__ cu_tab rows, int n_kv, int dim) {
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
-    kv_write_row(k + (int64_t)rw.row * width, v + (int64_t)rw.row * width, (T *)rw.kc + (int64_t)rw.pos * width,
-                 (T *)rw.vc + (int64_t)rw.pos * width, width);
+    const int64_t width = (int64_t)n_kv * dim, at = rw.pos * kv_stride<T>(n_kv, dim);
+    kv_write_row(k + rw.row * width, v + rw.row * width, (T *)rw.kc + at, (T *)rw.vc + at, n_kv, dim);
 }
 
 /* part: [row][head][split][2 + dim] = (max, sum, unnormalised output) over the split's keys.
@@ -175,10 +168,14 @@ template <int VEC> __device__ __forceinline__ int att_elem(int c, int lane) {
 template <int VEC, typename T> struct att_slot {
     uint4 ch[VEC > 1 ? ATT_MAX_PER_LANE / VEC : 1];
     T e[VEC > 1 ? 1 : ATT_MAX_PER_LANE];
+    float s; /* q8: the head's scale */
 };
 
+/* p: the head's row in position row `row`. */
 template <int VEC, typename T>
-__device__ __forceinline__ void att_slot_load(att_slot<VEC, T> &r, const T *__restrict__ p, int lane, int per) {
+__device__ __forceinline__ void att_slot_load(att_slot<VEC, T> &r, const T *__restrict__ row, const T *__restrict__ p,
+                                              int n_kv, int dim, int kvh, int lane, int per) {
+    if constexpr (sizeof(T) == 1) r.s = kv_scale(row, n_kv, dim, kvh);
     if constexpr (VEC > 1) {
 #pragma unroll
         for (int cv = 0; cv < ATT_MAX_PER_LANE / VEC; cv++)
@@ -202,7 +199,7 @@ __device__ __forceinline__ void att_slot_get(const att_slot<VEC, T> &r, float (&
         }
     } else {
 #pragma unroll
-        for (int c = 0; c < ATT_MAX_PER_LANE; c++) x[c] = c < per ? kv_widen(r.e[c]) : 0.0f;
+        for (int c = 0; c < ATT_MAX_PER_LANE; c++) x[c] = c < per ? kv_value<T>(kv_widen(r.e[c]), r.s) : 0.0f;
     }
 }
 
@@ -278,24 +275,26 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
         m[hh] = -INFINITY, l[hh] = 0.0f;
     }
     __syncthreads();
-    const int64_t kstride = (int64_t)n_kv * dim;
-    const T *kc = (const T *)rw.kc + (int64_t)kvh * dim, *vc = (const T *)rw.vc + (int64_t)kvh * dim;
+    const int64_t kstride = kv_stride<T>(n_kv, dim);
+    const T *kb = (const T *)rw.kc, *vb = (const T *)rw.vc, *kc = kb + (int64_t)kvh * dim, *vc = vb + (int64_t)kvh * dim;
     /* Key j's rows are in the slots ks, vs; each slot takes the next key's row (j + W) as soon as key j is
      * done with it: K after the scores, V after the accumulation. (Two keys ahead, or steps of 2-4 keys with
      * one softmax correction each, spilled or ran slower on the H200: docs/performance.md, session 5.) */
     att_slot<VEC, T> ks, vs;
     int j = start + warp;
-    if (j < end) att_slot_load(ks, kc + j * kstride, lane, per), att_slot_load(vs, vc + j * kstride, lane, per);
+#define ATT_SLOT(slot, base, head, key) att_slot_load(slot, base + (key) * kstride, head + (key) * kstride, n_kv, dim, kvh, lane, per)
+    if (j < end) ATT_SLOT(ks, kb, kc, j), ATT_SLOT(vs, vb, vc, j);
     for (; j < end; j += ATT_SPLIT_WARPS) {
         const int jn = j + ATT_SPLIT_WARPS;
         float r[ATT_MAX_PER_LANE], d[ATT_GROUP];
         att_slot_get(ks, r, per);
         att_scores(sq, r, per, lane, d);
-        if (jn < end) att_slot_load(ks, kc + jn * kstride, lane, per);
+        if (jn < end) ATT_SLOT(ks, kb, kc, jn);
         att_slot_get(vs, r, per);
         att_accumulate(d, r, scale, per, acc, m, l);
-        if (jn < end) att_slot_load(vs, vc + jn * kstride, lane, per);
+        if (jn < end) ATT_SLOT(vs, vb, vc, jn);
     }
+#undef ATT_SLOT
 #pragma unroll
     for (int hh = 0; hh < ATT_GROUP; hh++) {
         if (lane == 0) part_m[warp][hh] = m[hh], part_l[warp][hh] = l[hh];
@@ -391,7 +390,7 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
 
 /* The split kernel for element type T: 16-byte row loads where dim allows (att_slot_load). */
 template <typename T> static void (*att_split_for(int dim))(const float *, const cu_tab, int, int, int, float, int, float *) {
-    constexpr int V = 16 / sizeof(T);
+    constexpr int V = sizeof(T) == 1 ? 1 : 16 / sizeof(T); /* q8: a code a lane (kv_widen16 is f32 / bf16's) */
     return dim % (32 * V) == 0 ? attention_split_kernel<V, T> : attention_split_kernel<1, T>;
 }
 
@@ -425,13 +424,14 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
                       ATT_COMB_MAX_SPLITS * ATT_SPLIT);
     float *part = NULL;
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
-    CU_TRY(cu_launch(kv_write_rows_kernel<T>, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv * dim),
+    CU_TRY(cu_launch(kv_write_rows_kernel<T>, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv, dim),
            "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
     const dim3 grid((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits);
     cudaError_t e = cudaErrorNotSupported;
-    if (sizeof(T) == 2 && cuda_att_tc_on()) /* bf16 caches: tensor cores where the head dim allows */
-        e = cuda_att_split_tc(grid, cu_stream(be), q, dtab, n_q, n_kv, dim, scale, max_splits, part);
+    if (sizeof(T) < 4 && cuda_att_tc_on()) /* bf16 and q8 caches: tensor cores where the head dim allows */
+        e = (sizeof(T) == 2 ? cuda_att_split_tc : cuda_att_split_tc8)(grid, cu_stream(be), q, dtab, n_q, n_kv, dim,
+                                                                      scale, max_splits, part);
     if (e == cudaErrorNotSupported)
         e = cu_launch(att_split_for<T>(dim), grid, ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim,
                       scale, max_splits, part);
@@ -452,11 +452,12 @@ static qstatus attention_typed(qbackend *be, const float *q, const float *k, con
         const qseq *sq = &seqs[s];
         if (sq->n_rows <= 0 || !sq->chunked) continue;
         T *kc = (T *)k_cache[s], *vc = (T *)v_cache[s];
-        CU_TRY(cu_launch(kv_write_kernel<T>, sq->n_rows, 256, 0, cu_stream(be), k, v, sq->row0, sq->pos0, n_kv * dim,
+        CU_TRY(cu_launch(kv_write_kernel<T>, sq->n_rows, 256, 0, cu_stream(be), k, v, sq->row0, sq->pos0, n_kv, dim,
                          kc, vc),
                "attention kv write");
         if (cuda_flash_supported(n_q, n_kv, dim)) { /* tensor cores, GQA-packed (cuda_flash_prefill.cu) */
-            Q_TRY(cuda_flash_prefill(be, q, sq->row0, sq->n_rows, sq->pos0, kc, vc, sizeof(T) == 2 ? QW_BF16 : QW_F32,
+            Q_TRY(cuda_flash_prefill(be, q, sq->row0, sq->n_rows, sq->pos0, kc, vc,
+                                     sizeof(T) == 1 ? QW_Q8 : sizeof(T) == 2 ? QW_BF16 : QW_F32,
                                      n_q, n_kv, dim, scale, cuda_flash_precision(), out));
             continue;
         }
@@ -477,5 +478,7 @@ qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float
         return attention_typed<float>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
     if (kv_fmt == QW_BF16)
         return attention_typed<kv_bf16>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
+    if (kv_fmt == QW_Q8 && dim % 16 == 0)
+        return attention_typed<kv_q8>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
     return q_fail(Q_EINVAL, "cuda attention: K/V cache format %d", (int)kv_fmt);
 }

@@ -1,5 +1,5 @@
 /* cuda_attention.cuh: what the decode-row attention kernels share (cuda_attention.cu: the K/V write, the
- * SIMT split kernel and the split combine; cuda_attention_tc.cu: the tensor-core split kernel for bf16
+ * SIMT split kernel and the split combine; cuda_attention_tc.cu: the tensor-core split kernel for bf16 and q8
  * caches). A decode row's keys are cut into fixed ranges of ATT_SPLIT positions (flash-decoding); each
  * split writes part[row][head][split][2 + dim] = (max, sum, unnormalised output) over its keys, and the
  * combine merges a row's splits in split order. */
@@ -18,16 +18,18 @@ typedef struct att_row {
     int new0;       /* its seq's first row's position: keys >= new0 are written by this call */
 } att_row;
 
-/* QUILL_CUDA_ATT_TC=0 keeps bf16 caches on the SIMT split kernel (an A/B of the two in one build; the
+/* QUILL_CUDA_ATT_TC=0 keeps bf16 and q8 caches on the SIMT split kernel (an A/B of the two in one build; the
  * CUDA tests check both against the CPU). Read once. */
 static inline int cuda_att_tc_on(void) {
     static int on = -1;
     return cu_env_on("QUILL_CUDA_ATT_TC", &on);
 }
 
-/* Launches the tensor-core split kernel over bf16 caches for grid (rows, kv heads x head groups,
- * max_splits); cudaErrorNotSupported (nothing launched) when it does not take the head dim. */
+/* Launches the tensor-core split kernel over bf16 (tc) or q8 (tc8) caches for grid (rows, kv heads x head
+ * groups, max_splits); cudaErrorNotSupported (nothing launched) when it does not take the head dim. */
 cudaError_t cuda_att_split_tc(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q, int n_kv,
                               int dim, float scale, int max_splits, float *part);
+cudaError_t cuda_att_split_tc8(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q, int n_kv,
+                               int dim, float scale, int max_splits, float *part);
 
 #endif

@@ -6,7 +6,7 @@
  * r = t * G + g: position t of the tile, head kvh * G + g), so each K/V tile is read once for all of
  * them. Warp w owns packed rows 16w..16w+15 and holds their output (16 x dim f32) in registers.
  * Keys go in tiles of FA_BN = 32 positions aligned to absolute multiples of 32, in increasing order
- * from position 0, through shared memory: the cache rows (f32 or bf16) are loaded into registers one stage
+ * from position 0, through shared memory: the cache rows (f32, bf16 or q8) are loaded into registers one stage
  * ahead (V while S = Q K^T runs, the next K while O += P V runs), converted to bf16 (and, in split
  * mode, the bf16 remainder), and stored swizzled for ldmatrix. S and P V are mma.sync m16n8k16 bf16
  * with f32 accumulators; the softmax is online, in f32, per row, scores in log2 units.
@@ -79,10 +79,9 @@ __device__ __forceinline__ void fa_load_tile(const T *__restrict__ base, int key
     for (int i = 0; i < CHT; i++) {
         const int c = threadIdx.x + FA_THREADS * i, r = c / CH, cc = c % CH, key = key0 + r;
         if (key < end) {
-            const T *p = base + ((int64_t)key * n_kv + kvh) * D + cc * 8;
+            const T *row = base + key * kv_stride<T>(n_kv, D);
             float e[8];
-            kv_get16(p, e);
-            if constexpr (sizeof(T) == 4) kv_get16(p + 4, e + 4);
+            kv_get8(row + kvh * D + cc * 8, kv_scale(row, n_kv, D, kvh), e);
             st[2 * i] = make_float4(e[0], e[1], e[2], e[3]);
             st[2 * i + 1] = make_float4(e[4], e[5], e[6], e[7]);
         } else {
@@ -401,5 +400,7 @@ extern "C" qstatus cuda_flash_prefill(qbackend *be, const float *q, int row0, in
     const bool split = precision == FLASH_SPLIT;
     if (kv_fmt == QW_BF16)
         return fa_dispatch<kv_bf16>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, dim, scale, split, out);
+    if (kv_fmt == QW_Q8)
+        return fa_dispatch<kv_q8>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, dim, scale, split, out);
     return fa_dispatch<float>(be, q, row0, n_rows, pos0, kc, vc, n_q, n_kv, dim, scale, split, out);
 }

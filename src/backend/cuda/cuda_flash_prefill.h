@@ -21,7 +21,7 @@ int cuda_flash_precision(void);
 int cuda_flash_supported(int n_q, int n_kv, int dim);
 
 /* Rows [row0, row0 + n_rows) of q at positions pos0.. attend to cache positions 0..their own
- * (kc, vc: [ctx][n_kv][dim] of kv_fmt, QW_F32 or QW_BF16, already holding positions < pos0 + n_rows);
+ * (kc, vc: [ctx] rows of kv_fmt, QW_F32, QW_BF16 or QW_Q8, already holding positions < pos0 + n_rows);
  * out as q. */
 qstatus cuda_flash_prefill(qbackend *be, const float *q, int row0, int n_rows, int pos0, const void *kc,
                            const void *vc, qwfmt kv_fmt, int n_q, int n_kv, int dim, float scale, int precision,

@@ -1,7 +1,7 @@
 /* cuda_mma.cuh: the tensor-core building blocks the attention and GDN kernels share: mma.sync m16n8k16 (bf16
  * operands, f32 accumulators) and m16n8k8 (tf32, with the 3xTF32 split), ldmatrix (plain and transposed)
- * from XOR-swizzled shared tiles, bf16x2 packing with the f32 remainder split (x = hi + lo), and 16-byte
- * cp.async with zero fill. */
+ * from XOR-swizzled shared tiles, bf16x2 packing with the f32 remainder split (x = hi + lo), and 16- and
+ * 4-byte cp.async with zero fill. */
 #ifndef QUILL_CUDA_MMA_CUH
 #define QUILL_CUDA_MMA_CUH
 
@@ -85,6 +85,10 @@ template <int D> __device__ __forceinline__ uint32_t cu_swz(int r, int cc) {
 __device__ __forceinline__ void cu_cp_async16(uint32_t dst, const void *src, bool ok) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0)
                  : "memory");
+}
+/* 4 bytes global -> shared (through L1: cp.async.cg takes 16 only); with ok false, 4 zeros. */
+__device__ __forceinline__ void cu_cp_async4(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(ok ? 4 : 0) : "memory");
 }
 __device__ __forceinline__ void cu_cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* Waits until at most N of this thread's committed groups are still in flight. */

@@ -48,9 +48,11 @@ static void test_exact_grow(void **state) {
     }
     const int grows[] = {0, 16}; /* the first run of each K/V type (no grow) is the reference */
     int64_t row_f32 = 0;
-    for (int run = 0; run < 4; run++) {
-        const int g = run % 2, kt = run / 2;
-        e->m->cfg.kv_bf16 = kt;
+    static const int types[3] = {QKV_F32, QKV_BF16, QKV_Q8};
+    static const char *names[3] = {"f32", "bf16", "q8"};
+    for (int run = 0; run < 6; run++) {
+        const int g = run % 2, kt = types[run / 2];
+        e->m->cfg.kv_type = kt;
         qengine *eng = make(e, N_STREAMS, N_CTX, grows[g]);
         qreq *r[N_STREAMS];
         for (int s = 0; s < N_STREAMS; s++) r[s] = submit_req(eng, prompts[s], lens[s], max_toks[s], sp[s], 1);
@@ -63,7 +65,7 @@ static void test_exact_grow(void **state) {
             }
             uint64_t ha = q_hash_tokens(ref[s], (size_t)n_ref[s]), hb = q_hash_tokens(got[s], (size_t)n);
             printf("  %s K/V, kv_grow %2d stream %d: prompt %3d + %2d, no grow %016llx, this %016llx\n",
-                   kt ? "bf16" : "f32", grows[g], s, lens[s], n, (unsigned long long)ha, (unsigned long long)hb);
+                   names[run / 2], grows[g], s, lens[s], n, (unsigned long long)ha, (unsigned long long)hb);
             assert_int_equal(fin, QFINISH_LENGTH);
             assert_int_equal(n, n_ref[s]);
             assert_true(ha == hb);
@@ -74,8 +76,9 @@ static void test_exact_grow(void **state) {
         assert_int_equal(m.kv_held_rows, N_STREAMS * first);
         assert_int_equal(m.kv_committed_rows, N_STREAMS * first);
         const int64_t row = m.kv_bytes_per_row;
-        if (!kt) row_f32 = row;
-        else assert_true(2 * row == row_f32);
+        if (kt == QKV_F32) row_f32 = row;
+        else if (kt == QKV_BF16) assert_true(2 * row == row_f32);
+        else assert_true(row == qwen35_kv_bytes_per_token(&e->m->cfg) && 4 * row > row_f32 && 2 * row < row_f32);
         if (grows[g]) { /* grew while running (the 100 + 20 stream to 120 rows at least), gave back after */
             assert_true(m.kv_peak_bytes >= (100 + 20) * row);
             assert_true(m.kv_peak_bytes < (int64_t)N_STREAMS * N_CTX * row);
@@ -85,7 +88,7 @@ static void test_exact_grow(void **state) {
         }
         engine_destroy(eng);
     }
-    e->m->cfg.kv_bf16 = 0;
+    e->m->cfg.kv_type = QKV_F32;
 }
 
 /* The growth policy on the slot table directly (slot.h): a fresh prompt in one step, then the need

@@ -37,10 +37,13 @@ static void test_sums_and_verdict(void **state) {
     assert_true(f.need == f.weights + f.gdn + f.scratch + f.kv + f.prompt_cache);
     assert_true(f.kv == (int64_t)4 * 65536 * qwen35_kv_bytes_per_token(&cfg));
     const int64_t kv_f32 = f.kv; /* bf16 K/V (--kv-type bf16): half the bytes, the rest unchanged */
-    cfg.kv_bf16 = 1;
+    cfg.kv_type = QKV_BF16;
     memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
-    cfg.kv_bf16 = 0;
     assert_true(2 * f.kv == kv_f32 && f.need == f.weights + f.gdn + f.scratch + f.kv + f.prompt_cache);
+    cfg.kv_type = QKV_Q8; /* a byte a value and a 4-byte scale a head, rows padded to 16 bytes */
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
+    assert_true(f.kv == (int64_t)4 * 65536 * qwen35_kv_bytes_per_token(&cfg) && f.kv > kv_f32 / 4 && f.kv < kv_f32 / 2);
+    cfg.kv_type = QKV_F32;
     memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
     assert_true(f.gdn == 4 * qwen35_gdn_state_bytes(&cfg));
     assert_true(f.prompt_cache == GIB / 2);
