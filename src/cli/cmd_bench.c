@@ -1,7 +1,7 @@
 /* cmd_bench.c: `quill bench [MODEL_DIR]`: one table of prefill tokens/s, single-stream decode
- * tokens/s at several contexts, aggregate decode tokens/s at several stream counts, the weight bytes a
- * decode step reads, the copy bandwidth measured in the same run, and the decode floor they imply
- * (bytes per step / bandwidth). A number is a median of repeats after a warm-up.
+ * tokens/s at several contexts, aggregate decode tokens/s at several stream counts (each stream at context
+ * --stream-context, 512 by default), the weight bytes a decode step reads, the copy bandwidth measured in
+ * the same run, and the decode floor they imply (bytes per step / bandwidth). A number is a median of repeats after a warm-up.
  * Decode at context C starts from a state whose K/V rows 0..C-1 and GDN states hold random values
  * (what a decode step reads and costs is the same as after a real prefill of C tokens, which the
  * prefill rows measure separately). */
@@ -233,12 +233,13 @@ int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *backend = NULL;
     int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
     int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_type = QKV_BF16;
+    int stream_ctx = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
                    "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
-                   "                   [--kv-type bf16|f32|q8]\n"
+                   "                   [--kv-type bf16|f32|q8] [--stream-context 512]  (the streams' context)\n"
                    "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
                    "                                        K/V whole vs growing in 1024-row steps)\n"
                    "                   [--profile]         (CUDA: per-op GPU time after each figure;\n"
@@ -258,6 +259,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--steps") && !cli_parse_int(v, 1, 64, &iv)) steps = (int)iv;
         else if (!strcmp(a, "--grow-prefill") && !cli_parse_int(v, 1, 1 << 24, &iv)) grow_prefill = (int)iv;
         else if (!strcmp(a, "--kv-type") && !cli_parse_kv_type(v, &kv_type)) {}
+        else if (!strcmp(a, "--stream-context") && !cli_parse_int(v, 0, 1 << 22, &iv)) stream_ctx = (int)iv;
         else { fprintf(stderr, "quill bench: bad option %s %s\n", a, v); return 2; }
         if (n_pre < 0 || n_ctx < 0 || n_streams < 0) { fprintf(stderr, "quill bench: bad list '%s'\n", v); return 2; }
     }
@@ -320,8 +322,8 @@ int cmd_bench(int argc, char **argv) {
     }
     for (int i = 0; i < n_streams && !rc; i++) {
         double t = 0;
-        if (bench_decode(m, streams[i], 512, steps, &t) != Q_OK) { fprintf(stderr, "quill bench: %s\n", q_lasterr()); rc = 1; break; }
-        printf("| decode, %d streams at context 512 (aggregate) | %.1f | %.1f |\n", streams[i], t,
+        if (bench_decode(m, streams[i], stream_ctx, steps, &t) != Q_OK) { fprintf(stderr, "quill bench: %s\n", q_lasterr()); rc = 1; break; }
+        printf("| decode, %d streams at context %d (aggregate) | %.1f | %.1f |\n", streams[i], stream_ctx, t,
                streams[i] * bw / (double)wb);
         fflush(stdout);
     }
