@@ -2,8 +2,8 @@
  * written and widened exactly as it is read, so a bf16 cache computes what an f32 cache holding the rounded
  * rows computes; q8 (kv_q8 codes, a position's n_kv head rows of codes then the heads' f32 scales), encoded
  * with kv_format.c's rule bit for bit (kv_q8_write_head) and read as code * scale where the kernels widen to
- * f32 (the tensor-core split kernel takes the codes themselves: cuda_attention_tc.cu, atc_q8). Kernels are templates
- * on the element type T (float, kv_bf16 or kv_q8); a position's row is kv_stride<T> elements of T. */
+ * f32 (the tensor-core split kernel takes the codes themselves: cuda_attention_tc.cu, atc_q8). Kernels are
+ * templates on the element type T (float, kv_bf16 or kv_q8); a position's row is kv_stride<T> elements of T. */
 #ifndef QUILL_CUDA_KV_CUH
 #define QUILL_CUDA_KV_CUH
 
