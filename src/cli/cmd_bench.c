@@ -1,7 +1,8 @@
 /* cmd_bench.c: `quill bench [MODEL_DIR]`: one table of prefill tokens/s, single-stream decode
  * tokens/s at several contexts, aggregate decode tokens/s at several stream counts (each stream at context
  * --stream-context, 512 by default), the weight bytes a decode step reads, the copy bandwidth measured in
- * the same run, and the decode floor they imply (bytes per step / bandwidth). A number is a median of repeats after a warm-up.
+ * the same run, and the decode floor they imply (bytes per step / bandwidth). A number is a median of
+ * repeats after a warm-up.
  * Decode at context C starts from a state whose K/V rows 0..C-1 and GDN states hold random values
  * (what a decode step reads and costs is the same as after a real prefill of C tokens, which the
  * prefill rows measure separately). */
@@ -14,7 +15,6 @@
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
-#include "format/safetensors.h"
 #ifdef QUILL_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -119,12 +119,11 @@ static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
     }
     for (int p = 0; p < ctx; p++) qkv_encode_row(fmt, r + (size_t)p * width, c->n_kv_heads, c->head_dim,
                                                  (unsigned char *)rows + (size_t)p * row);
-    const void *kv_src = rows;
     qstatus rc = Q_OK;
     for (int l = 0; rc == Q_OK && l < c->n_layers; l++) {
         if (c->layer_is_attn[l]) {
-            if (kv) rc = m->be->ops->upload(m->be, st->k_cache[l], kv_src, kv_bytes);
-            if (kv && rc == Q_OK) rc = m->be->ops->upload(m->be, st->v_cache[l], kv_src, kv_bytes);
+            if (kv) rc = m->be->ops->upload(m->be, st->k_cache[l], rows, kv_bytes);
+            if (kv && rc == Q_OK) rc = m->be->ops->upload(m->be, st->v_cache[l], rows, kv_bytes);
         } else {
             for (size_t i = 0; i < S; i++) r[i] *= 0.01f;
             rc = m->be->ops->upload(m->be, st->S[l], r, S * sizeof(float));

@@ -171,10 +171,11 @@ template <int VEC, typename T> struct att_slot {
     float s; /* q8: the head's scale */
 };
 
-/* p: the head's row in position row `row`. */
+/* Head kvh's row of position row `row`. */
 template <int VEC, typename T>
-__device__ __forceinline__ void att_slot_load(att_slot<VEC, T> &r, const T *__restrict__ row, const T *__restrict__ p,
-                                              int n_kv, int dim, int kvh, int lane, int per) {
+__device__ __forceinline__ void att_slot_load(att_slot<VEC, T> &r, const T *__restrict__ row, int n_kv, int dim,
+                                              int kvh, int lane, int per) {
+    const T *p = row + (int64_t)kvh * dim;
     if constexpr (sizeof(T) == 1) r.s = kv_scale(row, n_kv, dim, kvh);
     if constexpr (VEC > 1) {
 #pragma unroll
@@ -276,25 +277,25 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
     }
     __syncthreads();
     const int64_t kstride = kv_stride<T>(n_kv, dim);
-    const T *kb = (const T *)rw.kc, *vb = (const T *)rw.vc, *kc = kb + (int64_t)kvh * dim, *vc = vb + (int64_t)kvh * dim;
+    const T *kc = (const T *)rw.kc, *vc = (const T *)rw.vc;
     /* Key j's rows are in the slots ks, vs; each slot takes the next key's row (j + W) as soon as key j is
      * done with it: K after the scores, V after the accumulation. (Two keys ahead, or steps of 2-4 keys with
      * one softmax correction each, spilled or ran slower on the H200: docs/performance.md, session 5.) */
     att_slot<VEC, T> ks, vs;
     int j = start + warp;
-#define ATT_SLOT(slot, base, head, key) att_slot_load(slot, base + (key) * kstride, head + (key) * kstride, n_kv, dim, kvh, lane, per)
-    if (j < end) ATT_SLOT(ks, kb, kc, j), ATT_SLOT(vs, vb, vc, j);
+    if (j < end)
+        att_slot_load(ks, kc + j * kstride, n_kv, dim, kvh, lane, per),
+            att_slot_load(vs, vc + j * kstride, n_kv, dim, kvh, lane, per);
     for (; j < end; j += ATT_SPLIT_WARPS) {
         const int jn = j + ATT_SPLIT_WARPS;
         float r[ATT_MAX_PER_LANE], d[ATT_GROUP];
         att_slot_get(ks, r, per);
         att_scores(sq, r, per, lane, d);
-        if (jn < end) ATT_SLOT(ks, kb, kc, jn);
+        if (jn < end) att_slot_load(ks, kc + jn * kstride, n_kv, dim, kvh, lane, per);
         att_slot_get(vs, r, per);
         att_accumulate(d, r, scale, per, acc, m, l);
-        if (jn < end) ATT_SLOT(vs, vb, vc, jn);
+        if (jn < end) att_slot_load(vs, vc + jn * kstride, n_kv, dim, kvh, lane, per);
     }
-#undef ATT_SLOT
 #pragma unroll
     for (int hh = 0; hh < ATT_GROUP; hh++) {
         if (lane == 0) part_m[warp][hh] = m[hh], part_l[warp][hh] = l[hh];

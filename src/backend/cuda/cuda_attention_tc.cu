@@ -316,28 +316,23 @@ attention_split_tc_kernel(const float *__restrict__ q, const __grid_constant__ c
         F::template pv<KS>(vb, b0, b1, lane, acc);
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit (or before the merge) */
+    /* One warp a split: its (m, l, output) per head go to the split's partials. Several: to shared memory (the
+     * rings', once every warp is past its own), [warp][head][2 + D] (a warp with no keys: m = -inf, l = 0,
+     * zeros), and the block merges them in warp order. */
     float *out = part + (((int64_t)blockIdx.x * n_q + h0) * max_splits + split) * (D + 2); /* head h0's split */
     const int64_t hstride = (int64_t)max_splits * (D + 2);
-    if constexpr (F::WARPS == 1) {
-        if (t < nh) {
-            float *o = out + t * hstride;
-            if (g == 0) o[0] = m, o[1] = l;
-#pragma unroll
-            for (int i = 0; i < KS; i++) {
-                o[2 + F::out_dim(i, g, 0)] = acc[i][0] + acc[i][1];
-                o[2 + F::out_dim(i, g, 1)] = acc[i][2] + acc[i][3];
-            }
-        }
-    } else { /* the warps' (m, l, output) per head through shared memory, merged in warp order */
-        float *mo = (float *)atc_smem; /* [warp][head][2 + D]; a warp with no keys: m = -inf, l = 0, zeros */
-        __syncthreads();                /* every warp is past its ring */
-        float *o = mo + (warp * ATT_GROUP + t) * (D + 2);
+    float *mo = (float *)atc_smem;
+    if constexpr (F::WARPS > 1) __syncthreads();
+    if (F::WARPS > 1 || t < nh) {
+        float *o = F::WARPS > 1 ? mo + (warp * ATT_GROUP + t) * (D + 2) : out + t * hstride;
         if (g == 0) o[0] = m, o[1] = l;
 #pragma unroll
         for (int i = 0; i < KS; i++) {
             o[2 + F::out_dim(i, g, 0)] = acc[i][0] + acc[i][1];
             o[2 + F::out_dim(i, g, 1)] = acc[i][2] + acc[i][3];
         }
+    }
+    if constexpr (F::WARPS > 1) {
         __syncthreads();
         for (int x = threadIdx.x; x < nh * (D + 1); x += 32 * F::WARPS) { /* (head, 0: m and l | 1 + d: dim d) */
             const int hh = x / (D + 1), d = x % (D + 1);
