@@ -72,6 +72,61 @@ static double rel_err(const qweight &W, const std::vector<float> &hx, int n, con
     return num / den;
 }
 
+/* A launch of two weights of one shape sharing x (the 9B's gate + up: 2 x 12288x4096) at 16 and 64 rows, the
+ * many-row kernel's LOOP where it applies (QUILL_CUDA_GEMV_WIDE_LOOP=0: not): every sampled row of both outputs
+ * bitwise that row alone (one row never loops), and the launch's time (pipelined, 20 back to back). */
+static void pair_checks(const float *dx, float *dy, float *dy2, const scratch &sc, std::vector<std::string> &lines) {
+    const int64_t N = 12288, K = 4096;
+    for (int group = 0; group <= 64; group += 64) {
+        wset w0 = make_weight(N, K, group, 501u + (uint32_t)group), w1 = make_weight(N, K, group, 502u + (uint32_t)group);
+        const qweight *W[2] = {&w0.W[0], &w1.W[0]};
+        const int kind = gemv_tc_kind(W[0]);
+        for (int n = 16; n <= 64; n += 48) {
+            float *y[2] = {dy, dy + (size_t)n * N};
+            const size_t half = (size_t)GT_MAX_SPLIT * 64 * N; /* floats of partials a weight may need */
+            float *part[2] = {sc.part, sc.part + half};
+            unsigned *tick[2] = {sc.tick, sc.tick + (1 << 17)};
+            gt_extra ex = gt_extra();
+            ex.bf16x = bf16x;
+            CK(cudaMemset(dy, 0xff, (size_t)2 * n * N * 4));
+            CK(gemv_tc_launch_multi(kind, dx, n, 2, W, y, part, tick, sc.pre, 0, ex));
+            int exact = 1;
+            std::vector<float> a((size_t)N), b((size_t)N);
+            const int rows[3] = {0, 5, n - 1};
+            for (int q = 0; q < 3; q++)
+                for (int i = 0; i < 2; i++) {
+                    CK(cudaMemset(dy2, 0xff, (size_t)N * 4));
+                    run_tc(*W[i], dx + (size_t)rows[q] * K, 1, dy2, sc);
+                    CK(cudaMemcpy(a.data(), y[i] + (size_t)rows[q] * N, (size_t)N * 4, cudaMemcpyDeviceToHost));
+                    CK(cudaMemcpy(b.data(), dy2, (size_t)N * 4, cudaMemcpyDeviceToHost));
+                    exact &= memcmp(a.data(), b.data(), (size_t)N * 4) == 0;
+                }
+            cudaEvent_t e0, e1;
+            CK(cudaEventCreate(&e0));
+            CK(cudaEventCreate(&e1));
+            CK(cudaEventRecord(e0));
+            for (int it = 0; it < 20; it++) {
+                const qweight *Wc[2] = {&w0.W[it % w0.copies], &w1.W[it % w1.copies]};
+                CK(gemv_tc_launch_multi(kind, dx, n, 2, Wc, y, part, tick, sc.pre, 0, ex));
+            }
+            CK(cudaEventRecord(e1));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            CK(cudaEventDestroy(e0));
+            CK(cudaEventDestroy(e1));
+            n_fail += !exact;
+            char line[200];
+            snprintf(line, sizeof line, "check pair 2x%lldx%lld %-6s n=%-2d pipelined %.1f us | EXACT(batch) %s | %s",
+                     (long long)N, (long long)K, group ? "q4g64" : "bf16", n, ms * 1000.0 / 20.0,
+                     exact ? "bitwise" : "DIFFERS", exact ? "ok" : "FAIL");
+            lines.push_back(line);
+        }
+        free_weight(w0);
+        free_weight(w1);
+    }
+}
+
 int main(void) {
     int dev = 0;
     CK(cudaSetDevice(dev));
@@ -225,6 +280,7 @@ int main(void) {
             free_weight(ws);
         }
     }
+    pair_checks(dx, dy, dy2, sc, check_lines);
     for (auto &l : check_lines) printf("%s\n", l.c_str());
     CK(cudaFree(dx));
     CK(cudaFree(dx2));

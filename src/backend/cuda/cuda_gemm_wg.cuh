@@ -30,6 +30,7 @@
 #include <cudaTypedefs.h>
 
 #include "cuda_mma.cuh"
+#include "cuda_wgmma.cuh"
 
 #define WG_BM 128 /* rows of x per block: 2 consumer warpgroups x 64 */
 #define WG_BN 256 /* outputs per block */
@@ -45,36 +46,6 @@
 #define WG_GROUP_M 16 /* row blocks that take the weight blocks in turn (L2 reuse of both operands) */
 #define WG_PRODUCTS 3
 
-/* Shared-memory matrix descriptor of a K-major tile in the 128-byte swizzle: start address >> 4 (bits
- * 0-13), leading byte offset (unused by this layout: 1), stride byte offset 1024 >> 4 between 8-row groups
- * (bits 32-45), swizzle mode 1 = 128 bytes (bits 62-63). */
-__device__ __forceinline__ uint64_t wg_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-
-/* wgmma exists in sm_90a code only: the other targets of a build (sm_80) compile these to nothing, and the
- * host launches the kernel only where the probe kernel says it has them (wg_available). */
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define WG_ON 1
-#else
-#define WG_ON 0
-#endif
-__device__ __forceinline__ void wg_fence(void) {
-#if WG_ON
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wg_commit(void) {
-#if WG_ON
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N> __device__ __forceinline__ void wg_wait(void) {
-#if WG_ON
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
 /* Pins the accumulators: no use of them moves across this point (they are written asynchronously). */
 __device__ __forceinline__ void wg_pin(float (&d)[64]) {
 #pragma unroll
@@ -258,29 +229,6 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 if (col + 1 < n) y[rr * n + col + 1] = v1;
             }
         }
-}
-
-/* Whether this build's code for this device has wgmma: the device is compute 9.0 and the binary the runtime
- * picks for it was compiled for sm_90a (a plain sm_90 or sm_80 build compiles the kernel to nothing), as a
- * probe kernel from the same translation unit reports. Asked once; racing first callers store the same value. */
-__global__ void wg_probe_kernel(int *on) { *on = WG_ON; }
-static inline int wg_available(void) {
-    static int ok = -1;
-    if (ok < 0) {
-        int dev = 0, major = 0, minor = 0, on = 0, *d = NULL;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 &&
-            minor == 0 && cudaMalloc((void **)&d, sizeof *d) == cudaSuccess) {
-            wg_probe_kernel<<<1, 1>>>(d);
-            if (cudaGetLastError() != cudaSuccess ||
-                cudaMemcpy(&on, d, sizeof on, cudaMemcpyDeviceToHost) != cudaSuccess)
-                on = 0;
-            cudaFree(d);
-        }
-        ok = on;
-    }
-    return ok;
 }
 
 /* The tensor map of a row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of 64 x box_rows, 128-byte
