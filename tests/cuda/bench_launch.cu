@@ -65,13 +65,15 @@ static void chain(void (*k)(float *), int blocks, float *buf, cudaStream_t st, i
     for (int i = 0; i < CHAIN; i++) CK(cu_launch_pdl(pdl != 0, k, dim3(blocks), dim3(256), 0, st, buf));
 }
 
-/* microseconds per launch: median over REPS chains; mode 2 replays a graph of the pdl chain */
-static double per_launch(void (*k)(float *), int blocks, float *buf, cudaStream_t st, int mode) {
+/* Microseconds per launch of a chain that issue(st) puts on the stream: median over REPS (after a warm-up),
+ * timed from the chain's start, or with spin > 0 from the end of a kernel spinning that many cycles before it
+ * (the host far ahead); graph: the chain captured once and replayed. */
+template <typename F> static double time_chain(cudaStream_t st, F issue, bool graph, long long spin) {
     cudaGraphExec_t exec = NULL;
-    if (mode == 2) {
+    if (graph) {
         cudaGraph_t g;
         CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        chain(k, blocks, buf, st, 1);
+        issue();
         CK(cudaStreamEndCapture(st, &g));
         CK(cudaGraphInstantiate(&exec, g, 0));
         CK(cudaGraphDestroy(g));
@@ -81,9 +83,13 @@ static double per_launch(void (*k)(float *), int blocks, float *buf, cudaStream_
     CK(cudaEventCreate(&b));
     std::vector<float> ms;
     for (int r = 0; r < REPS + 1; r++) {
+        if (spin > 0) {
+            spin_kernel<<<1, 32, 0, st>>>(spin);
+            CK(cudaGetLastError());
+        }
         CK(cudaEventRecord(a, st));
-        if (mode == 2) CK(cudaGraphLaunch(exec, st));
-        else chain(k, blocks, buf, st, mode);
+        if (graph) CK(cudaGraphLaunch(exec, st));
+        else issue();
         CK(cudaEventRecord(b, st));
         CK(cudaEventSynchronize(b));
         float t;
@@ -97,44 +103,20 @@ static double per_launch(void (*k)(float *), int blocks, float *buf, cudaStream_
     return 1000.0 * ms[REPS / 2] / CHAIN;
 }
 
-/* The GPU's cost of a launch with the host ahead: microseconds per launch from the spinner's end to the chain's
- * end, median over REPS; graph: the chain captured once and replayed behind the spinner. */
+/* Launched one by one: mode 0 plain, 1 programmatic, 2 a graph of the programmatic chain. */
+static double per_launch(void (*k)(float *), int blocks, float *buf, cudaStream_t st, int mode) {
+    return time_chain(st, [&] { chain(k, blocks, buf, st, mode != 0); }, mode == 2, 0);
+}
+
+/* The GPU's cost of a launch with the host ahead (programmatic launches of kernels with B bytes of parameters). */
 template <int B>
 static double queued(bool norm, int blocks, float *buf, cudaStream_t st, bool graph, long long spin) {
     blob<B> p;
     memset(&p, 0, sizeof p);
     void (*k)(float *, const blob<B>) = norm ? norm_param_kernel<B> : empty_param_kernel<B>;
-    cudaGraphExec_t exec = NULL;
-    if (graph) {
-        cudaGraph_t g;
-        CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    return time_chain(st, [&] {
         for (int i = 0; i < CHAIN; i++) CK(cu_launch_pdl(true, k, dim3(blocks), dim3(256), 0, st, buf, p));
-        CK(cudaStreamEndCapture(st, &g));
-        CK(cudaGraphInstantiate(&exec, g, 0));
-        CK(cudaGraphDestroy(g));
-    }
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int r = 0; r < REPS + 1; r++) {
-        spin_kernel<<<1, 32, 0, st>>>(spin);
-        CK(cudaGetLastError());
-        CK(cudaEventRecord(a, st));
-        if (graph) CK(cudaGraphLaunch(exec, st));
-        else
-            for (int i = 0; i < CHAIN; i++) CK(cu_launch_pdl(true, k, dim3(blocks), dim3(256), 0, st, buf, p));
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float t;
-        CK(cudaEventElapsedTime(&t, a, b));
-        if (r) ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    if (exec) CK(cudaGraphExecDestroy(exec));
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    return 1000.0 * ms[REPS / 2] / CHAIN;
+    }, graph, spin);
 }
 
 int main(void) {
