@@ -505,27 +505,31 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
     }
 }
 
-/* PRE: x comes split (job.xs), else each block stages its slice. MINB: blocks per SM the registers are
- * budgeted for (GT_LEAN_BLOCKS: the lean variant, a shorter ring). LOOP (job.loop): the block stages its slice
- * of x once for several output blocks, the next one's first weights going out before this one's finish (the
- * head's ~3,900 blocks each staged x; session 14). */
-template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, int IN = GT_IN_X, bool LOOP = false>
-__global__ void __launch_bounds__(GT_THREADS, MINB)
-    gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
+/* Block `bid` of a launch: the body of gemv_tc_kernel, which runs it with bid = blockIdx.x and wait = the
+ * programmatic wait; a persistent kernel (tests/cuda/bench_persist.cu) runs several in turn, with wait = its
+ * own dependency barrier. wait() is called once, after the ring's first loads and before anything another op
+ * writes is read; the shared memory is free again only after a barrier. PRE: x comes split (job.xs), else
+ * each block stages its slice. MINB: blocks per SM the registers are budgeted for (GT_LEAN_BLOCKS: the lean
+ * variant, a shorter ring). LOOP (job.loop): the block stages its slice of x once for several output blocks,
+ * the next one's first weights going out before this one's finish (the head's ~3,900 blocks each staged x;
+ * session 14). */
+template <int Q, int NT, bool PRE, int MINB, int IN, bool LOOP, typename Wait>
+__device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, const gt_job &job, unsigned bid,
+                                         Wait wait) {
     typedef gt_cfg<Q> C;
-    constexpr int D = Q && MINB == GT_LEAN_BLOCKS ? 4 : C::DEPTH; /* lean 4-bit: 4 units in flight, fewer registers */
+    constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? 4 : C::DEPTH; /* lean 4-bit: 4 units in flight, fewer registers */
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     const int G = LOOP ? job.loop : 0, n_ob = (int)((job.W[0].n_out + GT_OUT - 1) / GT_OUT);
-    unsigned vb = LOOP ? (blockIdx.x / G) * n_ob + blockIdx.x % G : blockIdx.x;
+    unsigned vb = LOOP ? (bid / G) * n_ob + bid % G : bid;
     gt_place<Q> P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb);
     const int nt = min(NT, (n - P.row0 + 3) / 4), us = P.us;
 
     uint32_t w[D][2][C::WPU];
     uint32_t sb[D / 4][4];
     gt_ring_start<Q, D>(P, w, sb, t);
-    cu_pdl_enter(); /* x, the partials and the tickets are the previous ops' */
+    wait(); /* x, the partials and the tickets are the previous ops' */
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
     if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
@@ -565,6 +569,12 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
                                  job.ss);
         if (!more) return;
     }
+}
+
+template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, int IN = GT_IN_X, bool LOOP = false>
+__global__ void __launch_bounds__(GT_THREADS, MINB)
+    gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
+    gt_block<Q, NT, PRE, MINB, IN, LOOP>(x, n, job, blockIdx.x, [] { cu_pdl_enter(); });
 }
 
 #include "cuda_gemv_wide.cuh"

@@ -248,16 +248,24 @@ struct gt_extra {
     int bf16x;
 };
 
-/* Launches the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
+/* A launch of the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
  * weights sharing x (gated or normalised as ex says: gemv_tc_glu_ok, gemv_tc_norm_ok); part[i] and tick[i] as
  * gemv_tc_part_floats and gemv_tc_ticks (with this launch's gemv_tc_job_tiles: a weight that alone would take
- * more tiles has more row chunks here) ask for W[i], pre as gemv_tc_pre_bytes asks. Returns the launch error. */
-static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
-                                               float *const *y, float *const *part, unsigned *const *tick, void *pre,
-                                               cudaStream_t st, const gt_extra &ex = gt_extra()) {
-    if (count < 1 || count > GT_JOB || (ex.glu && ex.norm)) return cudaErrorInvalidValue;
+ * more tiles has more row chunks here) ask for W[i], pre as gemv_tc_pre_bytes asks. gemv_tc_plan fills it (the
+ * job, its blocks, row tiles and shared memory) or returns cudaErrorInvalidValue; split: x is split into pre
+ * first (gemv_split_kernel). */
+struct gt_plan {
     gt_job job;
-    memset(&job, 0, sizeof job);
+    int nt, rt, split;
+    unsigned blocks;
+    size_t smem;
+};
+static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight *const *W, float *const *y,
+                                       float *const *part, unsigned *const *tick, void *pre, const gt_extra &ex,
+                                       gt_plan *pl) {
+    if (count < 1 || count > GT_JOB || (ex.glu && ex.norm)) return cudaErrorInvalidValue;
+    gt_job &job = pl->job;
+    memset(pl, 0, sizeof *pl);
     if (ex.glu) {
         for (int i = 0; i < count; i++)
             if (!gemv_tc_glu_ok(*ex.glu, W[i])) return cudaErrorInvalidValue;
@@ -281,12 +289,7 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         const size_t sxu = (size_t)tiles * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
-        const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
-        const int in = gt_in_kind(job.in);
-        const split_fn split = kind == 0 ? gt_split_kernel<0>(in, rt) : gt_split_kernel<64>(in, rt);
-        const cudaError_t e = cu_launch(split, blocks, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre,
-                                        (float *)job.Xs);
-        if (e != cudaSuccess) return e;
+        pl->split = 1;
     }
     const int nt = gemv_tc_job_tiles(kind, n, count, W, ex.bf16x);
     size_t smem = 0;
@@ -310,9 +313,30 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         job.loop = (int)std::min<int64_t>(n_ob, std::max<int64_t>(1, slots / job.S[0]));
         blocks = (int64_t)job.loop * job.S[0];
     }
-    if (kind == 0) return gt_launch_q<0>(nt, rt, (unsigned)blocks, smem, st, x, n, job);
-    if (kind == 64) return gt_launch_q<64>(nt, rt, (unsigned)blocks, smem, st, x, n, job);
-    return gt_launch_q<128>(nt, rt, (unsigned)blocks, smem, st, x, n, job);
+    pl->nt = nt, pl->rt = rt, pl->blocks = (unsigned)blocks, pl->smem = smem;
+    return cudaSuccess;
+}
+
+/* Plans (gemv_tc_plan) and launches; returns the launch error. */
+static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, int count, const qweight *const *W,
+                                               float *const *y, float *const *part, unsigned *const *tick, void *pre,
+                                               cudaStream_t st, const gt_extra &ex = gt_extra()) {
+    gt_plan pl;
+    cudaError_t e = gemv_tc_plan(kind, n, count, W, y, part, tick, pre, ex, &pl);
+    if (e != cudaSuccess) return e;
+    const gt_job &job = pl.job;
+    if (pl.split) {
+        const int64_t items = (int64_t)((n + pl.rt - 1) / pl.rt) * (W[0]->n_in / gemv_tc_unit_k(kind)) *
+                              GT_STAGE_ITEMS(pl.rt);
+        const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
+        const int in = gt_in_kind(job.in);
+        const split_fn split = kind == 0 ? gt_split_kernel<0>(in, pl.rt) : gt_split_kernel<64>(in, pl.rt);
+        e = cu_launch(split, blocks, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
+        if (e != cudaSuccess) return e;
+    }
+    if (kind == 0) return gt_launch_q<0>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
+    if (kind == 64) return gt_launch_q<64>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
+    return gt_launch_q<128>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
 }
 
 static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,

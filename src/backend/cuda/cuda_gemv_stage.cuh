@@ -14,6 +14,13 @@
 /* A gated-norm input (a qglu with norm_w, GNORM: the GDN's output norm, vectors of 128): x enters as
  * ((x * scale) * norm_w) * silu(g), the scale from the vector's sum of squares in the tree norm_warp_kernel
  * adds it in (gt_gnorm_scale), so the staged values are bitwise cuda_gated_rmsnorm's. */
+/* Loads of what the op before wrote (x, the gates): through the non-coherent cache, or with GT_X_COHERENT from
+ * L2 (ld.global.cg), as a kernel that reads what other blocks of the same launch wrote must (bench_persist). */
+#ifndef GT_X_COHERENT
+#define GT_X_COHERENT 0
+#endif
+template <typename T> __device__ __forceinline__ T gt_ldx(const T *p) { return GT_X_COHERENT ? __ldcg(p) : __ldg(p); }
+
 enum { GT_IN_X = 0, GT_IN_GLU = 1, GT_IN_NORM = 2, GT_IN_GNORM = 3 }; /* the input, gated, normalised, both */
 struct gt_input {
     qglu glu;               /* GT_IN_GLU (act 0, as zeroed: not gated) */
@@ -112,7 +119,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             const float4 *p = (const float4 *)(x + (int64_t)r * K + k);
 #pragma unroll
             for (int q = 0; q < C::EPT / 4; q++) {
-                const float4 f = __ldg(p + q);
+                const float4 f = gt_ldx(p + q);
                 v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
             }
         };
@@ -129,7 +136,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
                 const float4 *wp = (const float4 *)(glu.norm_w + kk % dim); /* GNORM */
 #pragma unroll
                 for (int q = 0; q < C::EPT / 4; q++) {
-                    const float4 f = __ldg(gp + q);
+                    const float4 f = gt_ldx(gp + q);
                     if constexpr (IN == GT_IN_GNORM) { /* norm_scale4, then the gate, as norm_warp_kernel */
                         const float4 w = __ldg(wp + q);
                         v[4 * q] = v[4 * q] * scale * w.x, v[4 * q + 1] = v[4 * q + 1] * scale * w.y;

@@ -1,0 +1,478 @@
+/* bench_persist.cu: what the kernel boundaries of a one-row decode step cost, measured on a chain of dependent
+ * 4-bit (MLX g64) matmuls with the 9B's layer shapes: per layer in_proj 12288x4096, out 4096x4096, gate + up
+ * 2 x 12288x4096 (one launch), down 4096x12288, each op's x the op before's y, every layer its own weights (L2
+ * keeps none). The same ops run several ways:
+ *   stream:     one programmatic launch per op (the decode path's launches: gemv_tc_launch_multi), and the same
+ *               with every op on the kernel budgeted for 3 or 4 blocks an SM;
+ *   graph:      those launches captured once and replayed;
+ *   persistent: one kernel of 2 or 3 blocks an SM, each block taking the op's blocks b, b + grid, ... in turn
+ *               (gt_block, the decode kernel's body), an op's blocks waiting on a counter that the op before's
+ *               blocks raise, after their ring's first loads (where the programmatic wait sits); and the same
+ *               with no work, the waits alone;
+ *   run-ahead:  one kernel whose blocks take the weights through shared memory, loaded AH_SLOTS - 1 chunks ahead
+ *               of the dependencies (ahead_kernel; AH_CH, AH_SLOTS, AH_BLOCKS pick its geometry at build time).
+ * Every op's output must be bitwise the stream's. Prints one table: us per chain and per op, against the
+ * chain's weight bytes over the copy bandwidth measured here. Built and run by bench_persist.sh
+ * (docs/performance.md, nineteenth pass). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#define GT_X_COHERENT 1 /* the persistent kernel reads x that other blocks of it wrote */
+#include "backend/cuda/cuda_gemv.cuh"
+#include "bench_check.h"
+#include "bench_weights.h"
+
+#define LAYERS 8
+#define OPS_PER_LAYER 4
+#define N_OPS (LAYERS * OPS_PER_LAYER)
+#define REPS 20
+
+/* ---- the persistent chain -------------------------------------------------------------------------- */
+struct pk_op {
+    gt_job job;
+    const float *x;
+    unsigned blocks;
+};
+
+/* Thread 0 waits until *c >= target (relaxed loads, then one acquire fence), then the block passes a barrier:
+ * what the op's blocks wrote before raising c is visible to every thread (the barrier carries thread 0's
+ * acquire to the others). */
+__device__ __forceinline__ void pk_wait(const unsigned *c, unsigned target) {
+    if (threadIdx.x == 0) {
+        unsigned v;
+        for (;;) {
+            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
+            if (v >= target) break;
+        }
+        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    }
+    __syncthreads();
+}
+/* After a barrier (every thread's stores before it), thread 0 raises *c with release. */
+__device__ __forceinline__ void pk_signal(unsigned *c) {
+    __syncthreads();
+    if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(c) : "memory");
+}
+
+/* The ops ride in the kernel's parameters (constant cache, which no acquire invalidates): the first version
+ * read them from global memory, and each block's start re-read its job from L2 after every wait. */
+struct pk_chain {
+    pk_op op[N_OPS];
+};
+/* WORK 0: the blocks only wait and signal (the barriers alone). */
+template <int MINB, bool WORK>
+__global__ void __launch_bounds__(GT_THREADS, MINB)
+    chain_kernel(const __grid_constant__ pk_chain ch, unsigned *done) {
+    for (int i = 0; i < N_OPS; i++) {
+        const pk_op &op = ch.op[i];
+        for (unsigned vb = blockIdx.x; vb < op.blocks; vb += gridDim.x) {
+            const auto wait = [&] {
+                if (i > 0) pk_wait(done + i - 1, ch.op[i - 1].blocks);
+            };
+            if constexpr (WORK) gt_block<64, 1, false, MINB, GT_IN_X, false>(op.x, 1, op.job, vb, wait);
+            else wait();
+            pk_signal(done + i);
+        }
+    }
+}
+
+/* ---- the run-ahead chain: weights through shared memory, loaded ahead of the dependencies -------------- */
+/* One block an SM. A block's work is a list of granules: (op, block of the op, chunk of AH_CH units of its slice),
+ * in op order. Its shared memory holds AH_SLOTS granules of weights (codes, scales, biases of 128 rows); the loads
+ * of the granule AH_SLOTS - 1 ahead go out (cp.async) before the block waits for this granule's op's inputs, so
+ * the DRAM keeps streaming the next op's weights through the barriers, the stagings and the finishes. The unit
+ * arithmetic is gt_unit's on the same words in the same order, so the bits are the stream's. */
+#ifndef AH_CH
+#define AH_CH 16
+#endif
+#ifndef AH_SLOTS
+#define AH_SLOTS 2
+#endif
+#ifndef AH_BLOCKS
+#define AH_BLOCKS 1 /* blocks an SM */
+#endif
+#define AH_ROWS GT_OUT
+#define AH_SLOT_BYTES (AH_ROWS * AH_CH * (32 + 4)) /* codes, then scales, then biases */
+#define AH_X_BYTES (24 * 1040)                    /* the staged x of the longest slice (24 units) */
+
+struct ah_cursor {
+    int i, c;
+    unsigned vb;
+    bool ok;
+};
+__device__ __forceinline__ int ah_chunks(const pk_chain &ch, int i, unsigned vb) {
+    const gt_job &job = ch.op[i].job;
+    const int U = (int)(job.W[0].n_in / 64), S = job.S[0]; /* every weight of a job has one shape here */
+    const unsigned per_s = (unsigned)((job.start[1] - job.start[0]) / S);
+    const int s = (int)((vb - (vb >= (unsigned)job.start[1] ? job.start[1] : 0)) / per_s);
+    const int us = (s + 1) * U / S - s * U / S;
+    return (us + AH_CH - 1) / AH_CH;
+}
+__device__ __forceinline__ ah_cursor ah_first_from(const pk_chain &ch, int i) {
+    for (; i < N_OPS; i++)
+        if (blockIdx.x < ch.op[i].blocks) return {i, 0, blockIdx.x, true};
+    return {N_OPS, 0, 0, false};
+}
+__device__ __forceinline__ ah_cursor ah_next(const pk_chain &ch, ah_cursor k) {
+    if (k.c + 1 < ah_chunks(ch, k.i, k.vb)) return {k.i, k.c + 1, k.vb, true};
+    if (k.vb + gridDim.x < ch.op[k.i].blocks) return {k.i, 0, k.vb + gridDim.x, true};
+    return ah_first_from(ch, k.i + 1);
+}
+
+/* Issues the granule's loads into slot (nothing where the list has ended) and commits one group. A row's units
+ * lie at (u ^ row % 8) * 32, so a warp's 8 rows of one unit are in different banks. */
+__device__ __forceinline__ void ah_load(const pk_chain &ch, ah_cursor k, unsigned char *slot) {
+    if (k.ok) {
+        const gt_place<64> P = gt_locate<64>(ch.op[k.i].job, 1, 4, 0, 0, k.vb);
+        const int u0 = P.ub + k.c * AH_CH, cu = min(AH_CH, P.us - k.c * AH_CH);
+        const int K = (int)P.W.n_in, gpr = K / 64, n_out = (int)P.W.n_out;
+        const uint32_t base = cu_smem_addr(slot);
+        for (int p = threadIdx.x; p < AH_ROWS * cu * 2; p += GT_THREADS) { /* 16-byte pieces of codes */
+            const int r = p / (cu * 2), j = p % (cu * 2), o = min(P.ob * GT_OUT + r, n_out - 1);
+            cu_cp_async16(base + (uint32_t)(r * AH_CH * 32 + (((j >> 1) ^ (r & 7)) << 5) + (j & 1) * 16),
+                          (const unsigned char *)P.W.w + (int64_t)o * (K / 2) + u0 * 32 + j * 16, true);
+        }
+        const int sp = cu / 8; /* 16-byte pieces of a row's scales */
+        for (int p = threadIdx.x; p < 2 * AH_ROWS * sp; p += GT_THREADS) {
+            const int which = p / (AH_ROWS * sp), q = p % (AH_ROWS * sp), r = q / sp, j = q % sp;
+            const int o = min(P.ob * GT_OUT + r, n_out - 1);
+            const unsigned short *src = (const unsigned short *)(which ? P.W.biases : P.W.scales) + (int64_t)o * gpr + u0 + j * 8;
+            cu_cp_async16(base + (uint32_t)(AH_ROWS * AH_CH * (32 + 2 * which) + r * AH_CH * 2 + j * 16), src, true);
+        }
+    }
+    cu_cp_commit();
+}
+
+__global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __grid_constant__ pk_chain ch, unsigned *done) {
+    typedef gt_cfg<64> C;
+    extern __shared__ uint4 gt_smem[];
+    __shared__ int last;
+    unsigned char *slots = (unsigned char *)gt_smem + AH_X_BYTES;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+    ah_cursor k = ah_first_from(ch, 0), ahead = k;
+#pragma unroll
+    for (int a = 0; a < AH_SLOTS - 1; a++) {
+        ah_load(ch, ahead, slots + a * AH_SLOT_BYTES);
+        if (ahead.ok) ahead = ah_next(ch, ahead);
+    }
+    uint4 *sx = gt_smem;
+    float acc[1][4];
+    gt_place<64> P;
+    for (int g = 0; k.ok; g++) {
+        ah_load(ch, ahead, slots + ((g + AH_SLOTS - 1) % AH_SLOTS) * AH_SLOT_BYTES);
+        if (ahead.ok) ahead = ah_next(ch, ahead);
+        if (k.c == 0) { /* a new block of an op: its inputs, then x */
+            P = gt_locate<64>(ch.op[k.i].job, 1, 4, lane, warp, k.vb);
+            if (k.i > 0) pk_wait(done + k.i - 1, ch.op[k.i - 1].blocks);
+            gt_stage<64, GT_IN_X>(ch.op[k.i].x, ch.op[k.i].job.in, 1, P.W.n_in, 0, 1, P.ub, P.us, sx,
+                                  (float *)(sx + (size_t)P.us * C::SXU), threadIdx.x, GT_THREADS);
+            gt_zero(acc);
+        }
+        cu_cp_wait<AH_SLOTS - 1>();
+        __syncthreads(); /* the granule's weights and the staged x are in */
+        const unsigned char *slot = slots + (g % AH_SLOTS) * AH_SLOT_BYTES;
+        const int cu = min(AH_CH, P.us - k.c * AH_CH), ul0 = k.c * AH_CH;
+        if (P.wact) {
+            const float *sX = (const float *)(sx + (size_t)P.us * C::SXU);
+            const int rl0 = warp * 16 + (lane >> 2), rl8 = rl0 + 8;
+            const unsigned short *sc = (const unsigned short *)(slot + AH_ROWS * AH_CH * 32);
+            const unsigned short *bi = sc + AH_ROWS * AH_CH;
+            uint32_t sb[4];
+            /* the next unit's words are read from shared memory while this one is used */
+            const auto word = [&](int r, int u) { return *(const uint2 *)(slot + r * AH_CH * 32 + ((u ^ (r & 7)) << 5) + t * 8); };
+            uint2 a = word(rl0, 0), b = word(rl8, 0);
+            for (int u = 0; u < cu; u++) {
+                if ((u & 3) == 0) {
+                    const int uu = min(u + t, cu - 1);
+                    sb[0] = sc[rl0 * AH_CH + uu], sb[1] = sc[rl8 * AH_CH + uu];
+                    sb[2] = bi[rl0 * AH_CH + uu], sb[3] = bi[rl8 * AH_CH + uu];
+                }
+                uint32_t w[2][2];
+                w[0][0] = a.x, w[0][1] = a.y, w[1][0] = b.x, w[1][1] = b.y;
+                if (u + 1 < cu) a = word(rl0, u + 1), b = word(rl8, u + 1);
+                gt_unit<64, 1, 4>(w, sb, (lane & ~3) | (u & 3), sx + (ul0 + u) * C::SXU + lane, sX + (ul0 + u) * 4 + t,
+                                  P.us * C::SXU, P.us * 4, 1, acc);
+            }
+        }
+        __syncthreads(); /* the slot is free for the loads issued next turn */
+        if (k.c + 1 == (P.us + AH_CH - 1) / AH_CH) {
+            gt_finish<64, 1, true>(acc, 1, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, 1, P.ob, P.o0, P.wact, lane,
+                                   P.bx, &last, NULL);
+            pk_signal(done + k.i);
+        }
+        k = ah_next(ch, k);
+    }
+    cu_cp_wait<0>();
+}
+
+__global__ void fill_x(float *p, int n, uint32_t seed) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = (float)(hash32((uint64_t)i, seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+/* ---- the chain's ops ------------------------------------------------------------------------------- */
+static qweight one_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
+    qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64};
+    const size_t wb = (size_t)(n_out * K) / 2, sb = (size_t)(n_out * (K / 64)) * 2;
+    CK(cudaMalloc(&q.w, wb));
+    CK(cudaMalloc(&q.scales, sb));
+    CK(cudaMalloc(&q.biases, sb));
+    fill_words<<<2048, 256>>>((uint32_t *)q.w, wb / 4, seed);
+    /* scales and biases small enough that 32 ops in a row keep the values finite */
+    fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.scales, sb / 2, seed + 1, 0.004f, 0.002f);
+    fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.biases, sb / 2, seed + 2, -0.03f, 0.004f);
+    CK(cudaGetLastError());
+    *bytes += wb + 2 * sb;
+    return q;
+}
+
+struct chain {
+    qweight W[N_OPS][2];
+    int count[N_OPS];
+    float *y[N_OPS][2];
+    const float *x[N_OPS];
+    float *part[2];
+    unsigned *tick[2];
+    size_t bytes;
+};
+
+static void build(chain &c, const float *x0) {
+    memset(&c, 0, sizeof c);
+    size_t pf = 0, tk = 0;
+    for (int l = 0; l < LAYERS; l++) {
+        const uint32_t seed = 1000u * (l + 1);
+        const int o = l * OPS_PER_LAYER;
+        const int64_t shape[OPS_PER_LAYER][2] = {{12288, 4096}, {4096, 4096}, {12288, 4096}, {4096, 12288}};
+        for (int k = 0; k < OPS_PER_LAYER; k++) {
+            c.count[o + k] = k == 2 ? 2 : 1;
+            for (int j = 0; j < c.count[o + k]; j++) {
+                c.W[o + k][j] = one_weight(shape[k][0], shape[k][1], seed + 10 * k + 5 * j, &c.bytes);
+                CK(cudaMalloc(&c.y[o + k][j], (size_t)shape[k][0] * sizeof(float)));
+                pf = std::max(pf, gemv_tc_part_floats(&c.W[o + k][j], 1));
+                tk = std::max(tk, gemv_tc_ticks(&c.W[o + k][j], 1, 1, 0));
+            }
+        }
+        c.x[o] = l ? c.y[o - 1][0] : x0; /* in_proj: the layer before's down */
+        c.x[o + 1] = c.y[o][0];          /* out: in_proj's first 4096 */
+        c.x[o + 2] = c.y[o + 1][0];      /* gate + up: out */
+        c.x[o + 3] = c.y[o + 2][0];      /* down: gate */
+    }
+    for (int j = 0; j < 2; j++) {
+        CK(cudaMalloc(&c.part[j], std::max<size_t>(pf, 1) * sizeof(float)));
+        CK(cudaMalloc(&c.tick[j], tk * sizeof(unsigned)));
+        CK(cudaMemset(c.tick[j], 0, tk * sizeof(unsigned)));
+    }
+    CK(cudaDeviceSynchronize());
+}
+
+static void plan(const chain &c, int i, gt_plan *pl) {
+    const qweight *W[2] = {&c.W[i][0], &c.W[i][1]};
+    CK(gemv_tc_plan(64, 1, c.count[i], W, c.y[i], c.part, c.tick, NULL, gt_extra(), pl));
+}
+
+static void run_stream(const chain &c, cudaStream_t st) {
+    for (int i = 0; i < N_OPS; i++) {
+        const qweight *W[2] = {&c.W[i][0], &c.W[i][1]};
+        CK(gemv_tc_launch_multi(64, c.x[i], 1, c.count[i], W, c.y[i], c.part, c.tick, NULL, st));
+    }
+}
+
+/* The same launches, every op on the one-tile kernel budgeted for MINB blocks an SM (the decode path takes 3 for
+ * launches of more than a wave at 2, else 2): at 3 or 4 the next op's blocks can be resident beside the running
+ * ones, and their first weight loads go out before the op before ends. */
+template <int MINB> static void run_stream_minb(const chain &c, cudaStream_t st) {
+    for (int i = 0; i < N_OPS; i++) {
+        gt_plan pl;
+        plan(c, i, &pl);
+        CK(cu_launch(gemv_tc_kernel<64, 1, false, MINB, GT_IN_X, false>, pl.blocks, GT_THREADS, pl.smem, st, c.x[i], 1,
+                     pl.job));
+    }
+}
+
+/* All outputs of the chain, in op order. */
+static std::vector<float> outputs(const chain &c) {
+    CK(cudaDeviceSynchronize());
+    std::vector<float> all;
+    for (int i = 0; i < N_OPS; i++)
+        for (int j = 0; j < c.count[i]; j++) {
+            std::vector<float> h((size_t)c.W[i][j].n_out);
+            CK(cudaMemcpy(h.data(), c.y[i][j], h.size() * 4, cudaMemcpyDeviceToHost));
+            all.insert(all.end(), h.begin(), h.end());
+        }
+    return all;
+}
+static void poison(const chain &c) {
+    for (int i = 0; i < N_OPS; i++)
+        for (int j = 0; j < c.count[i]; j++) CK(cudaMemset(c.y[i][j], 0xff, (size_t)c.W[i][j].n_out * 4));
+}
+
+template <typename F> static double time_median(cudaStream_t st, F issue) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int r = 0; r < REPS + 1; r++) {
+        CK(cudaEventRecord(a, st));
+        issue();
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float t;
+        CK(cudaEventElapsedTime(&t, a, b));
+        if (r) ms.push_back(t);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2] * 1e3;
+}
+
+static int n_fail;
+static void compare(const char *mode, const std::vector<float> &ref, const std::vector<float> &got) {
+    size_t bad = 0, nonfinite = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        bad += memcmp(&ref[i], &got[i], 4) != 0;
+        nonfinite += !isfinite(got[i]);
+    }
+    if (bad || nonfinite) {
+        printf("FAIL %s: %zu of %zu outputs differ from the stream's, %zu not finite\n", mode, bad, ref.size(),
+               nonfinite);
+        n_fail++;
+    }
+}
+
+template <int MINB, bool WORK>
+static double run_persist(const chain &c, unsigned *done, cudaStream_t st, unsigned *grid_out) {
+    size_t smem = 0;
+    static pk_chain ch;
+    for (int i = 0; i < N_OPS; i++) {
+        gt_plan pl;
+        plan(c, i, &pl);
+        if (pl.job.loop || pl.nt != 1) { fprintf(stderr, "op %d: not a plain one-tile launch\n", i); exit(2); }
+        ch.op[i].job = pl.job, ch.op[i].x = c.x[i], ch.op[i].blocks = pl.blocks;
+        smem = std::max(smem, pl.smem);
+    }
+    CK(cudaFuncSetAttribute(chain_kernel<MINB, WORK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel<MINB, WORK>, GT_THREADS, smem));
+    if (per_sm < 1) { fprintf(stderr, "chain_kernel<%d> does not fit an SM\n", MINB); exit(2); }
+    const unsigned grid = (unsigned)(std::min(per_sm, MINB) * gt_sms()); /* every block resident: no deadlock */
+    *grid_out = grid;
+    return time_median(st, [&] {
+        CK(cudaMemsetAsync(done, 0, N_OPS * sizeof(unsigned), st));
+        chain_kernel<MINB, WORK><<<grid, GT_THREADS, smem, st>>>(ch, done);
+        CK(cudaGetLastError());
+    });
+}
+
+static double run_ahead(const chain &c, unsigned *done, cudaStream_t st) {
+    static pk_chain ch;
+    for (int i = 0; i < N_OPS; i++) {
+        gt_plan pl;
+        plan(c, i, &pl);
+        ch.op[i].job = pl.job, ch.op[i].x = c.x[i], ch.op[i].blocks = pl.blocks;
+        const int U = (int)(c.W[i][0].n_in / 64);
+        for (int j = 0; j < c.count[i]; j++)
+            if (U % pl.job.S[j] || (U / pl.job.S[j]) % 8 || U / pl.job.S[j] > 24) {
+                fprintf(stderr, "op %d: slices the run-ahead kernel does not take\n", i);
+                exit(2);
+            }
+    }
+    const int smem = AH_X_BYTES + AH_SLOTS * AH_SLOT_BYTES;
+    CK(cudaFuncSetAttribute(ahead_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ahead_kernel, GT_THREADS, smem));
+    if (per_sm < AH_BLOCKS) { fprintf(stderr, "ahead_kernel: %d blocks an SM fit, not %d\n", per_sm, AH_BLOCKS); exit(2); }
+    const unsigned grid = (unsigned)(AH_BLOCKS * gt_sms());
+    return time_median(st, [&] {
+        CK(cudaMemsetAsync(done, 0, N_OPS * sizeof(unsigned), st));
+        ahead_kernel<<<grid, GT_THREADS, smem, st>>>(ch, done);
+        CK(cudaGetLastError());
+    });
+}
+
+int main(void) {
+    CK(gemv_tc_init());
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    float *x0;
+    CK(cudaMalloc(&x0, 4096 * sizeof(float)));
+    fill_x<<<16, 256>>>(x0, 4096, 7u);
+    CK(cudaGetLastError());
+    chain c;
+    build(c, x0);
+
+    /* copy bandwidth (read + write) for the floor */
+    const size_t cb = (size_t)1 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, cb));
+    CK(cudaMalloc(&b, cb));
+    const double copy_us = time_median(st, [&] { CK(cudaMemcpyAsync(b, a, cb, cudaMemcpyDeviceToDevice, st)); });
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    const double bw = 2.0 * (double)cb / (copy_us * 1e-6);
+
+    poison(c);
+    run_stream(c, st);
+    const std::vector<float> ref = outputs(c);
+    size_t nonfinite = 0;
+    for (float v : ref) nonfinite += !isfinite(v);
+    if (nonfinite) { printf("FAIL stream: %zu outputs not finite\n", nonfinite); n_fail++; }
+
+    const double t_stream = time_median(st, [&] { run_stream(c, st); });
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    run_stream(c, st);
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    poison(c);
+    CK(cudaGraphLaunch(exec, st));
+    compare("graph", ref, outputs(c));
+    const double t_graph = time_median(st, [&] { CK(cudaGraphLaunch(exec, st)); });
+
+    CK(cudaFuncSetAttribute(gemv_tc_kernel<64, 1, false, 4, GT_IN_X, false>,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX));
+    poison(c);
+    run_stream_minb<3>(c, st);
+    compare("stream, 3 an SM", ref, outputs(c));
+    const double t_s3 = time_median(st, [&] { run_stream_minb<3>(c, st); });
+    poison(c);
+    run_stream_minb<4>(c, st);
+    compare("stream, 4 an SM", ref, outputs(c));
+    const double t_s4 = time_median(st, [&] { run_stream_minb<4>(c, st); });
+
+    unsigned *done;
+    CK(cudaMalloc(&done, N_OPS * sizeof(unsigned)));
+    unsigned g2 = 0, g3 = 0, ge = 0;
+    poison(c);
+    const double t_p2 = run_persist<2, true>(c, done, st, &g2);
+    compare("persist 2", ref, outputs(c));
+    poison(c);
+    const double t_p3 = run_persist<3, true>(c, done, st, &g3);
+    compare("persist 3", ref, outputs(c));
+    const double t_pe = run_persist<2, false>(c, done, st, &ge);
+    poison(c);
+    const double t_ah = run_ahead(c, done, st);
+    compare("run-ahead", ref, outputs(c));
+
+    const double floor_us = (double)c.bytes / bw * 1e6;
+    printf("chain: %d ops (%d layers of in 12288x4096, out 4096x4096, gate + up 2 x 12288x4096, down 4096x12288), "
+           "4-bit g64, one row; %.1f MB of weights; copy bandwidth %.0f GB/s: floor %.1f us\n",
+           N_OPS, LAYERS, c.bytes / 1e6, bw / 1e9, floor_us);
+    printf("| mode | grid | us a chain | us an op | floor / time |\n|---|---|---|---|---|\n");
+    printf("| stream (programmatic launches) | - | %.1f | %.2f | %.2f |\n", t_stream, t_stream / N_OPS, floor_us / t_stream);
+    printf("| graph of the launches | - | %.1f | %.2f | %.2f |\n", t_graph, t_graph / N_OPS, floor_us / t_graph);
+    printf("| stream, every op on the 3-an-SM kernel | - | %.1f | %.2f | %.2f |\n", t_s3, t_s3 / N_OPS, floor_us / t_s3);
+    printf("| stream, every op on a 4-an-SM kernel | - | %.1f | %.2f | %.2f |\n", t_s4, t_s4 / N_OPS, floor_us / t_s4);
+    printf("| persistent, 2 blocks an SM | %u | %.1f | %.2f | %.2f |\n", g2, t_p2, t_p2 / N_OPS, floor_us / t_p2);
+    printf("| persistent, 3 blocks an SM | %u | %.1f | %.2f | %.2f |\n", g3, t_p3, t_p3 / N_OPS, floor_us / t_p3);
+    printf("| persistent, 2 blocks an SM, no work (the waits alone) | %u | %.1f | %.2f | - |\n", ge, t_pe, t_pe / N_OPS);
+    printf("| run-ahead: weights through shared memory, %d slots of %d units | %d | %.1f | %.2f | %.2f |\n", AH_SLOTS,
+           AH_CH, AH_BLOCKS * gt_sms(), t_ah, t_ah / N_OPS, floor_us / t_ah);
+    printf(n_fail ? "bench_persist: %d checks FAILED\n" : "bench_persist: every output bitwise the stream's\n", n_fail);
+    return n_fail ? 1 : 0;
+}
