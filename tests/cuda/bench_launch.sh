@@ -5,13 +5,6 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cuda/bench_lib.sh
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
-bin=build-bench/bench_launch
 log=${OUT:-/tmp}/bench-launch.log
-: >"$log"
-mkdir -p build-bench
-if ! "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror=all-warnings -Isrc \
-     tests/cuda/bench_launch.cu src/util/status.c -o "$bin" >>"$log" 2>&1; then
-  tail -30 "$log"; echo "build failed"; exit 1
-fi
-bench_run bench_launch "$log" "$bin"
+bench_nvcc bench_launch "$log" -- tests/cuda/bench_launch.cu src/util/status.c
+bench_run bench_launch "$log" build-bench/bench_launch

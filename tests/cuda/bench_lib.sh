@@ -18,6 +18,20 @@ bench_build() {
     tail -30 "$2"; echo "build failed"; exit 1
   fi
 }
+# bench_nvcc NAME LOG FLAGS... -- SOURCES...: builds build-bench/NAME from SOURCES with nvcc for sm_90a (warnings are
+# errors, FLAGS before -Isrc), output to LOG (emptied); on failure prints LOG's tail and "build failed" and exits 1.
+bench_nvcc() {
+  local name=$1 log=$2 flags=()
+  shift 2
+  while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do flags+=("$1"); shift; done
+  shift
+  : >"$log"
+  mkdir -p build-bench
+  if ! "${NVCC:-/usr/local/cuda/bin/nvcc}" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror=all-warnings \
+       "${flags[@]}" -Isrc "$@" -o "build-bench/$name" >>"$log" 2>&1; then
+    tail -30 "$log"; echo "build failed"; exit 1
+  fi
+}
 bench_run() {
   local name=$1 log=$2 t0 rc
   shift 2

@@ -5,14 +5,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cuda/bench_lib.sh
-nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
-bin=build-bench/bench_persist
 log=${OUT:-/tmp}/bench-persist.log
-: >"$log"
-mkdir -p build-bench
-if ! "$nvcc" -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Werror=all-warnings -Xptxas -v -Isrc \
-     tests/cuda/bench_persist.cu -o "$bin" >>"$log" 2>&1; then
-  tail -30 "$log"; echo "build failed"; exit 1
-fi
-grep -A2 "chain_kernel" "$log" | grep -E "registers|spill" | head -8
-bench_run bench_persist "$log" "$bin"
+bench_nvcc bench_persist "$log" -Xptxas -v -- tests/cuda/bench_persist.cu
+grep -A2 -E "Compiling.*(chain|ahead)_kernel" "$log" | grep -E "registers|spill"
+bench_run bench_persist "$log" build-bench/bench_persist
