@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(GT_THREADS, MINB)
 }
 
 /* ---- the run-ahead chain: weights through shared memory, loaded ahead of the dependencies -------------- */
-/* One block an SM. A block's work is a list of granules: (op, block of the op, chunk of AH_CH units of its slice),
+/* AH_BLOCKS blocks an SM. A block's work is a list of granules: (op, block of the op, chunk of AH_CH units of its slice),
  * in op order. Its shared memory holds AH_SLOTS granules of weights (codes, scales, biases of 128 rows); the loads
  * of the granule AH_SLOTS - 1 ahead go out (cp.async) before the block waits for this granule's op's inputs, so
  * the DRAM keeps streaming the next op's weights through the barriers, the stagings and the finishes. The unit
@@ -104,21 +104,15 @@ struct ah_cursor {
     unsigned vb;
     bool ok;
 };
-__device__ __forceinline__ int ah_chunks(const pk_chain &ch, int i, unsigned vb) {
-    const gt_job &job = ch.op[i].job;
-    const int U = (int)(job.W[0].n_in / 64), S = job.S[0]; /* every weight of a job has one shape here */
-    const unsigned per_s = (unsigned)((job.start[1] - job.start[0]) / S);
-    const int s = (int)((vb - (vb >= (unsigned)job.start[1] ? job.start[1] : 0)) / per_s);
-    const int us = (s + 1) * U / S - s * U / S;
-    return (us + AH_CH - 1) / AH_CH;
-}
+/* Chunks of a slice of us units. */
+__device__ __forceinline__ int ah_chunks(int us) { return (us + AH_CH - 1) / AH_CH; }
 __device__ __forceinline__ ah_cursor ah_first_from(const pk_chain &ch, int i) {
     for (; i < N_OPS; i++)
         if (blockIdx.x < ch.op[i].blocks) return {i, 0, blockIdx.x, true};
     return {N_OPS, 0, 0, false};
 }
 __device__ __forceinline__ ah_cursor ah_next(const pk_chain &ch, ah_cursor k) {
-    if (k.c + 1 < ah_chunks(ch, k.i, k.vb)) return {k.i, k.c + 1, k.vb, true};
+    if (k.c + 1 < ah_chunks(gt_locate<64>(ch.op[k.i].job, 1, 4, 0, 0, k.vb).us)) return {k.i, k.c + 1, k.vb, true};
     if (k.vb + gridDim.x < ch.op[k.i].blocks) return {k.i, 0, k.vb + gridDim.x, true};
     return ah_first_from(ch, k.i + 1);
 }
@@ -160,6 +154,7 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
         if (ahead.ok) ahead = ah_next(ch, ahead);
     }
     uint4 *sx = gt_smem;
+    float *sX = NULL; /* the staged x's sums, after its fragments */
     float acc[1][4];
     gt_place<64> P;
     for (int g = 0; k.ok; g++) {
@@ -168,8 +163,9 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
         if (k.c == 0) { /* a new block of an op: its inputs, then x */
             P = gt_locate<64>(ch.op[k.i].job, 1, 4, lane, warp, k.vb);
             if (k.i > 0) pk_wait(done + k.i - 1, ch.op[k.i - 1].blocks);
-            gt_stage<64, GT_IN_X>(ch.op[k.i].x, ch.op[k.i].job.in, 1, P.W.n_in, 0, 1, P.ub, P.us, sx,
-                                  (float *)(sx + (size_t)P.us * C::SXU), threadIdx.x, GT_THREADS);
+            sX = (float *)(sx + (size_t)P.us * C::SXU);
+            gt_stage<64, GT_IN_X>(ch.op[k.i].x, ch.op[k.i].job.in, 1, P.W.n_in, 0, 1, P.ub, P.us, sx, sX, threadIdx.x,
+                                  GT_THREADS);
             gt_zero(acc);
         }
         cu_cp_wait<AH_SLOTS - 1>();
@@ -177,7 +173,6 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
         const unsigned char *slot = slots + (g % AH_SLOTS) * AH_SLOT_BYTES;
         const int cu = min(AH_CH, P.us - k.c * AH_CH), ul0 = k.c * AH_CH;
         if (P.wact) {
-            const float *sX = (const float *)(sx + (size_t)P.us * C::SXU);
             const int rl0 = warp * 16 + (lane >> 2), rl8 = rl0 + 8;
             const unsigned short *sc = (const unsigned short *)(slot + AH_ROWS * AH_CH * 32);
             const unsigned short *bi = sc + AH_ROWS * AH_CH;
@@ -199,7 +194,7 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
             }
         }
         __syncthreads(); /* the slot is free for the loads issued next turn */
-        if (k.c + 1 == (P.us + AH_CH - 1) / AH_CH) {
+        if (k.c + 1 == ah_chunks(P.us)) {
             gt_finish<64, 1, true>(acc, 1, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, 1, P.ob, P.o0, P.wact, lane,
                                    P.bx, &last, NULL);
             pk_signal(done + k.i);
@@ -344,10 +339,9 @@ static void compare(const char *mode, const std::vector<float> &ref, const std::
     }
 }
 
-template <int MINB, bool WORK>
-static double run_persist(const chain &c, unsigned *done, cudaStream_t st, unsigned *grid_out) {
+/* The chain's ops as one kernel's parameters (a static: 16 KB); returns the largest shared memory a job asks. */
+static size_t fill_chain(const chain &c, pk_chain &ch) {
     size_t smem = 0;
-    static pk_chain ch;
     for (int i = 0; i < N_OPS; i++) {
         gt_plan pl;
         plan(c, i, &pl);
@@ -355,43 +349,48 @@ static double run_persist(const chain &c, unsigned *done, cudaStream_t st, unsig
         ch.op[i].job = pl.job, ch.op[i].x = c.x[i], ch.op[i].blocks = pl.blocks;
         smem = std::max(smem, pl.smem);
     }
-    CK(cudaFuncSetAttribute(chain_kernel<MINB, WORK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_kernel<MINB, WORK>, GT_THREADS, smem));
-    if (per_sm < 1) { fprintf(stderr, "chain_kernel<%d> does not fit an SM\n", MINB); exit(2); }
-    const unsigned grid = (unsigned)(std::min(per_sm, MINB) * gt_sms()); /* every block resident: no deadlock */
+    return smem;
+}
+
+/* Times k<<<grid>>>(ch, done), the counters zeroed before each run. grid: per_sm blocks on every SM, all of them
+ * resident (the blocks wait on each other: one left out would deadlock them), else the bench stops. */
+static double time_resident(void (*k)(pk_chain, unsigned *), const char *name, int per_sm, size_t smem,
+                            const pk_chain &ch, unsigned *done, cudaStream_t st, unsigned *grid_out) {
+    CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int fit = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, GT_THREADS, smem));
+    if (fit < per_sm) { fprintf(stderr, "%s: %d blocks an SM fit, not %d\n", name, fit, per_sm); exit(2); }
+    const unsigned grid = (unsigned)(per_sm * gt_sms());
     *grid_out = grid;
     return time_median(st, [&] {
         CK(cudaMemsetAsync(done, 0, N_OPS * sizeof(unsigned), st));
-        chain_kernel<MINB, WORK><<<grid, GT_THREADS, smem, st>>>(ch, done);
+        k<<<grid, GT_THREADS, smem, st>>>(ch, done);
         CK(cudaGetLastError());
     });
 }
 
-static double run_ahead(const chain &c, unsigned *done, cudaStream_t st) {
+template <int MINB, bool WORK>
+static double run_persist(const chain &c, unsigned *done, cudaStream_t st, unsigned *grid_out) {
     static pk_chain ch;
+    const size_t smem = fill_chain(c, ch);
+    return time_resident(chain_kernel<MINB, WORK>, "chain_kernel", MINB, smem, ch, done, st, grid_out);
+}
+
+static double run_ahead(const chain &c, unsigned *done, cudaStream_t st, unsigned *grid_out) {
+    static pk_chain ch;
+    fill_chain(c, ch);
     for (int i = 0; i < N_OPS; i++) {
-        gt_plan pl;
-        plan(c, i, &pl);
-        ch.op[i].job = pl.job, ch.op[i].x = c.x[i], ch.op[i].blocks = pl.blocks;
         const int U = (int)(c.W[i][0].n_in / 64);
-        for (int j = 0; j < c.count[i]; j++)
-            if (U % pl.job.S[j] || (U / pl.job.S[j]) % 8 || U / pl.job.S[j] > 24) {
+        for (int j = 0; j < c.count[i]; j++) {
+            const int S = ch.op[i].job.S[j];
+            if (U % S || (U / S) % 8 || U / S > 24) {
                 fprintf(stderr, "op %d: slices the run-ahead kernel does not take\n", i);
                 exit(2);
             }
+        }
     }
-    const int smem = AH_X_BYTES + AH_SLOTS * AH_SLOT_BYTES;
-    CK(cudaFuncSetAttribute(ahead_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    int per_sm = 0;
-    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, ahead_kernel, GT_THREADS, smem));
-    if (per_sm < AH_BLOCKS) { fprintf(stderr, "ahead_kernel: %d blocks an SM fit, not %d\n", per_sm, AH_BLOCKS); exit(2); }
-    const unsigned grid = (unsigned)(AH_BLOCKS * gt_sms());
-    return time_median(st, [&] {
-        CK(cudaMemsetAsync(done, 0, N_OPS * sizeof(unsigned), st));
-        ahead_kernel<<<grid, GT_THREADS, smem, st>>>(ch, done);
-        CK(cudaGetLastError());
-    });
+    return time_resident(ahead_kernel, "ahead_kernel", AH_BLOCKS, AH_X_BYTES + AH_SLOTS * AH_SLOT_BYTES, ch, done,
+                         st, grid_out);
 }
 
 int main(void) {
@@ -447,7 +446,7 @@ int main(void) {
 
     unsigned *done;
     CK(cudaMalloc(&done, N_OPS * sizeof(unsigned)));
-    unsigned g2 = 0, g3 = 0, ge = 0;
+    unsigned g2 = 0, g3 = 0, ge = 0, ga = 0;
     poison(c);
     const double t_p2 = run_persist<2, true>(c, done, st, &g2);
     compare("persist 2", ref, outputs(c));
@@ -456,7 +455,7 @@ int main(void) {
     compare("persist 3", ref, outputs(c));
     const double t_pe = run_persist<2, false>(c, done, st, &ge);
     poison(c);
-    const double t_ah = run_ahead(c, done, st);
+    const double t_ah = run_ahead(c, done, st, &ga);
     compare("run-ahead", ref, outputs(c));
 
     const double floor_us = (double)c.bytes / bw * 1e6;
@@ -472,7 +471,7 @@ int main(void) {
     printf("| persistent, 3 blocks an SM | %u | %.1f | %.2f | %.2f |\n", g3, t_p3, t_p3 / N_OPS, floor_us / t_p3);
     printf("| persistent, 2 blocks an SM, no work (the waits alone) | %u | %.1f | %.2f | - |\n", ge, t_pe, t_pe / N_OPS);
     printf("| run-ahead: weights through shared memory, %d slots of %d units | %d | %.1f | %.2f | %.2f |\n", AH_SLOTS,
-           AH_CH, AH_BLOCKS * gt_sms(), t_ah, t_ah / N_OPS, floor_us / t_ah);
+           AH_CH, ga, t_ah, t_ah / N_OPS, floor_us / t_ah);
     printf(n_fail ? "bench_persist: %d checks FAILED\n" : "bench_persist: every output bitwise the stream's\n", n_fail);
     return n_fail ? 1 : 0;
 }

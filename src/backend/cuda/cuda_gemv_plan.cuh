@@ -252,8 +252,8 @@ struct gt_extra {
  * weights sharing x (gated or normalised as ex says: gemv_tc_glu_ok, gemv_tc_norm_ok); part[i] and tick[i] as
  * gemv_tc_part_floats and gemv_tc_ticks (with this launch's gemv_tc_job_tiles: a weight that alone would take
  * more tiles has more row chunks here) ask for W[i], pre as gemv_tc_pre_bytes asks. gemv_tc_plan fills it (the
- * job, its blocks, row tiles and shared memory) or returns cudaErrorInvalidValue; split: x is split into pre
- * first (gemv_split_kernel). */
+ * job, its blocks, row tiles and shared memory) or returns cudaErrorInvalidValue; split: the blocks of the
+ * gemv_split_kernel that splits x into pre first (0: none). */
 struct gt_plan {
     gt_job job;
     int nt, rt, split;
@@ -289,7 +289,7 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
         const size_t sxu = (size_t)tiles * (size_t)U * (kind ? gt_cfg<64>::SXU : gt_cfg<0>::SXU);
         job.xs = (const uint4 *)pre;
         job.Xs = (const float *)((const uint4 *)pre + sxu);
-        pl->split = 1;
+        pl->split = (int)std::min<int64_t>((items + 255) / 256, 4096);
     }
     const int nt = gemv_tc_job_tiles(kind, n, count, W, ex.bf16x);
     size_t smem = 0;
@@ -326,12 +326,9 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     if (e != cudaSuccess) return e;
     const gt_job &job = pl.job;
     if (pl.split) {
-        const int64_t items = (int64_t)((n + pl.rt - 1) / pl.rt) * (W[0]->n_in / gemv_tc_unit_k(kind)) *
-                              GT_STAGE_ITEMS(pl.rt);
-        const unsigned blocks = (unsigned)std::min<int64_t>((items + 255) / 256, 4096);
         const int in = gt_in_kind(job.in);
         const split_fn split = kind == 0 ? gt_split_kernel<0>(in, pl.rt) : gt_split_kernel<64>(in, pl.rt);
-        e = cu_launch(split, blocks, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
+        e = cu_launch(split, (unsigned)pl.split, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
         if (e != cudaSuccess) return e;
     }
     if (kind == 0) return gt_launch_q<0>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
