@@ -10,7 +10,7 @@
  *     rotating weight copies so that L2 (60 MB) does not keep them; GB/s of weight bytes (codes + scales +
  *     biases) and % of 4.3 TB/s.
  * Also checks 4-bit group 128 on the first shape. QUILL_DECODE_PRECISION=bf16: x rounded to bf16 (the
- * error bound 1e-2 instead of 2e-5). Prints one compact table; exits non-zero on a failed check. */
+ * error bound 1e-2 instead of 2e-5); =dequant: the 4-bit weights too, before their MMAs. Prints one compact table; exits non-zero on a failed check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +34,7 @@ struct scratch {
     void *pre;
 };
 
-static int bf16x; /* QUILL_DECODE_PRECISION=bf16 */
+static int bf16x; /* QUILL_DECODE_PRECISION=bf16 (1) or dequant (GT_DQ) */
 static void run_tc(const qweight &W, const float *x, int n, float *y, const scratch &sc) {
     const int kind = gemv_tc_kind(&W);
     if (kind < 0) { fprintf(stderr, "weight not taken by the tensor-core kernel\n"); exit(2); }
@@ -137,8 +137,9 @@ int main(void) {
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, GT_THREADS, GT_OUT, GT_RC, GW_MIN_ROWS,
            4 * GW_MAX_TILES);
     CK(gemv_tc_init());
-    bf16x = getenv("QUILL_DECODE_PRECISION") && !strcmp(getenv("QUILL_DECODE_PRECISION"), "bf16");
-    if (bf16x) printf("# x rounded to bf16 (QUILL_DECODE_PRECISION=bf16)\n");
+    if (const char *dp = getenv("QUILL_DECODE_PRECISION")) bf16x = !strcmp(dp, "bf16") ? 1 : !strcmp(dp, "dequant") ? GT_DQ : 0;
+    if (bf16x) printf("# x rounded to bf16%s (QUILL_DECODE_PRECISION=%s)\n", bf16x == GT_DQ ? ", 4-bit weights too" : "",
+                      bf16x == GT_DQ ? "dequant" : "bf16");
     const int64_t shapes[4][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {248320, 4096}};
     int ns[3] = {1, 16, 64}, n_ns = 3;
     if (const char *e = getenv("BENCH_GEMV_ROWS")) { /* e.g. "1" or "1,16": time only these row counts */

@@ -155,10 +155,11 @@ static inline int prefill_bf16_mode(void) {
     const char *p = getenv("QUILL_PREFILL_PRECISION");
     return p && !strcmp(p, "bf16");
 }
-/* QUILL_DECODE_PRECISION=bf16: the tensor-core decode matmuls take x rounded to bf16 (bf16-class results) */
+/* QUILL_DECODE_PRECISION=bf16 or dequant: the tensor-core decode matmuls take x rounded to bf16 (and with dequant
+ * 4-bit weights made bf16 before their MMAs): bf16-class results */
 static inline int decode_bf16_mode(void) {
     const char *p = getenv("QUILL_DECODE_PRECISION");
-    return p && !strcmp(p, "bf16");
+    return p && (!strcmp(p, "bf16") || !strcmp(p, "dequant"));
 }
 /* The bound of a tensor-core decode matmul against the CPU: f32-class, or bf16-class in decode bf16 mode. */
 static inline double decode_tol(void) { return decode_bf16_mode() ? 2e-2 : 1e-5; }

@@ -4,7 +4,7 @@
 #   1. every CUDA op against the CPU reference on random inputs, and EXACT(batch) on the GPU;
 #   2. every model golden (transformers' fp32 logits and greedy tokens) through the CUDA backend;
 #   3. the batch-invariance / chunking / prefill-vs-decode tests through the CUDA backend (also on the 4-bit fixture
-#      and with the decode matmuls' x in bf16, QUILL_DECODE_PRECISION=bf16);
+#      and with the decode matmuls' x in bf16, QUILL_DECODE_PRECISION=bf16, and the 4-bit weights too, =dequant);
 #   4. K/V that grows through CUDA virtual memory: mapping, a kernel across a boundary, equal tokens
 #      with grow on and off; the same tokens and logits with programmatic launch on and off;
 #   5. compute-sanitizer memcheck and racecheck on a short `quill run` (skipped with QUILL_CUDA_QUICK=1).
@@ -35,12 +35,16 @@ step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUD
 step "  the same in bf16 prefill mode (QUILL_PREFILL_PRECISION=bf16)" env QUILL_PREFILL_PRECISION=bf16 \
      "$build/cuda_test_cuda_seq_ops"
 step "cuda ops in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 "$build/cuda_test_cuda_ops"
+step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUILL_DECODE_PRECISION=dequant \
+     "$build/cuda_test_cuda_ops"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "  the same on the 4-bit fixture" env QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda \
      "$build/golden_test_model_batch"
 step "  the same in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 \
+     QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
+step "  the same in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUILL_DECODE_PRECISION=dequant \
      QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "model goldens via cpu" env QUILL_TEST_BACKEND=cpu "$build/golden_test_model_goldens"
 # the cuBLASLt prompt GEMM (QUILL_PREFILL_GEMM=cublaslt; the default on other GPUs): the same checks through it
@@ -85,6 +89,11 @@ step "compute-sanitizer racecheck: cuda ops (many-row matmul)" timeout 150 compu
 step "compute-sanitizer memcheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 step "compute-sanitizer racecheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
+     compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+# dequant mode's many-row matmul (gemv_dq_kernel): cp.async stages read by wgmma
+step "compute-sanitizer memcheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
+     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+step "compute-sanitizer racecheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 }
 grep -E '^\|' "$log" | grep -v -- '---' | head -60

@@ -73,7 +73,7 @@ static void test_prefill_then_decode(void **state) {
     double err = rel_err(split, whole, (size_t)e->V);
     printf("prefill 150 vs prefill 140 + decode 10: rel err %.2e\n", err);
     const char *dp = getenv("QUILL_DECODE_PRECISION");
-    assert_true(err <= (dp && !strcmp(dp, "bf16") ? 2e-2 : 1e-4));
+    assert_true(err <= (dp && (!strcmp(dp, "bf16") || !strcmp(dp, "dequant")) ? 2e-2 : 1e-4));
     qwen35_state_destroy(e->m, a);
     qwen35_state_destroy(e->m, b);
     free(whole);

@@ -41,31 +41,37 @@ qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_
 /* Copies `bytes` of host data to device memory valid for ops issued before the next synchronisation.
  * Returns the device address in *dev. */
 qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev);
-/* A precision variable `name`, read and checked once into *cached (-1 unread, 0 split, 1 bf16, 2 bad; racing
- * readers store the same value): *bf16 = 1 for "bf16", 0 for "split" or unset; any other value fails, naming it. */
-static inline qstatus cu_precision_bf16(const char *name, int *cached, const char **bad, int *bf16) {
+/* A precision variable `name`, read and checked once into *cached (-1 unread, 0 split, 1 bf16, 2 dequant, 3 bad;
+ * racing readers store the same value): *mode = 1 for "bf16", 2 for "dequant" where `dequant` allows it, 0 for
+ * "split" or unset; any other value fails, naming it. */
+static inline qstatus cu_precision_mode(const char *name, int *cached, const char **bad, int dequant, int *mode) {
     if (*cached < 0) {
         const char *p = getenv(name);
         *bad = p;
-        *cached = !p || !*p || !strcmp(p, "split") ? 0 : !strcmp(p, "bf16") ? 1 : 2;
+        *cached = !p || !*p || !strcmp(p, "split") ? 0
+                  : !strcmp(p, "bf16")              ? 1
+                  : dequant && !strcmp(p, "dequant") ? 2
+                                                    : 3;
     }
-    if (*cached == 2) return q_fail(Q_EINVAL, "%s=%s: expected split or bf16", name, *bad);
-    *bf16 = *cached;
+    if (*cached == 3)
+        return q_fail(Q_EINVAL, "%s=%s: expected split, bf16%s", name, *bad, dequant ? " or dequant" : "");
+    *mode = *cached;
     return Q_OK;
 }
 /* QUILL_PREFILL_PRECISION (per file that asks), for every prompt-row kernel (the GEMM, flash attention). */
 static inline qstatus cu_prefill_precision_bf16(int *bf16) {
     static int cached = -1;
     static const char *bad;
-    return cu_precision_bf16("QUILL_PREFILL_PRECISION", &cached, &bad, bf16);
+    return cu_precision_mode("QUILL_PREFILL_PRECISION", &cached, &bad, 0, bf16);
 }
-/* QUILL_DECODE_PRECISION, for the decode matmuls' inputs (cuda_gemv_plan.cuh): "bf16" rounds each row to bf16
- * where the matmul stages it (one MMA product a row, so a many-row tile holds 8 rows instead of 4 rows' hi and
- * lo parts); "split" keeps the f32-class hi + lo split. */
-static inline qstatus cu_decode_precision_bf16(int *bf16) {
+/* QUILL_DECODE_PRECISION, for the decode matmuls (cuda_gemv_plan.cuh), as *mode: 1 "bf16" rounds each row to bf16
+ * where the matmul stages it (one MMA product a row, so a many-row tile holds 8 rows instead of 4 rows' hi and lo
+ * parts); 2 "dequant" does that and also makes 4-bit weights bf16 before their MMAs (GT_DQ in cuda_gemv.cuh: no
+ * fold per group, so many rows run on wgmma); 0 "split" keeps the f32-class hi + lo split. */
+static inline qstatus cu_decode_precision(int *mode) {
     static int cached = -1;
     static const char *bad;
-    return cu_precision_bf16("QUILL_DECODE_PRECISION", &cached, &bad, bf16);
+    return cu_precision_mode("QUILL_DECODE_PRECISION", &cached, &bad, 1, mode);
 }
 /* A per-call table (seq or row descriptors) for one launch. Up to CU_TAB_BYTES it travels inside the
  * kernel's parameters: a host-to-device copy between two kernels costs microseconds of stream time and

@@ -151,7 +151,7 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
  * QUILL_DECODE_PRECISION asks. */
 static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
                          int kind, gt_extra ex) {
-    Q_TRY(cu_decode_precision_bf16(&ex.bf16x));
+    Q_TRY(cu_decode_precision(&ex.bf16x));
     const int nt = gemv_tc_job_tiles(kind, n, count, W, ex.bf16x); /* the launch's: each weight's tickets its own */
     size_t off_p[GT_JOB], off_t[GT_JOB], need_p = 0, need_t = 0;
     for (int i = 0; i < count; i++) {

@@ -20,6 +20,9 @@
  *   the MMAs (fresh accumulator per unit) and the unit is folded as acc = s*(P_hi + P_lo) + (b'*X + acc),
  *   b' = b - 128 s, X = the unit's sum of (hi + lo) in a fixed order, computed while staging (GT_OFFSET).
  *   bf16: the MMAs accumulate the hi and lo columns over the whole slice; the row's value is hi + lo at the end.
+ * - QUILL_DECODE_PRECISION=dequant (DQ, with bf16 x): a 4-bit unit's weights become bf16 first, w = bf16(q s + b)
+ *   rounded once (gt_dq), and its MMAs chain over the slice as bf16 weights' do: no fold per unit, so a many-row
+ *   launch can keep one wgmma accumulator chain (cuda_gemv_dq.cuh) and still give every row the one-row bits.
  * - Split-K: the K units are cut into S slices, S a function of (n_out, K) only (gemv_tc_split). With
  *   S > 1 each slice writes a partial and the last block of an (output block, row chunk) to arrive
  *   (a ticket counter) sums the S partials in the order s = 0..S-1; the counter is reset for the next
@@ -32,7 +35,8 @@
  * through a register ring GT_DEPTH units deep (loads for unit u + depth go out as unit u is used), with
  * no barrier until the end. Launches of many blocks take a lean variant (GT_LEAN_BLOCKS); more than
  * GW_MIN_ROWS rows take gemv_wide_kernel (cuda_gemv_wide.cuh), which streams x through stages instead of
- * staging the slice, so a block takes more row tiles. Both compute every unit with gt_unit. */
+ * staging the slice, so a block takes more row tiles. Both compute every unit with gt_unit; in dequant mode the
+ * 4-bit launches of many rows take gemv_dq_kernel (cuda_gemv_dq.cuh), the same chains on wgmma. */
 #ifndef QUILL_CUDA_GEMV_CUH
 #define QUILL_CUDA_GEMV_CUH
 
@@ -132,6 +136,28 @@ __device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
 #endif
 }
 
+/* DQ: codes i and i+4 of a word dequantized, bf16(q s + b) with s2, b2 = {s, s}, {b, b}: q exactly by the fma
+ * that takes the 128 out, then one fma rounded once. The same instructions in every DQ kernel. */
+__device__ __forceinline__ uint32_t gt_dq(uint32_t w, int i, uint32_t s2, uint32_t b2) {
+    uint32_t v, q, r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(v) : "r"(w >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(q) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(q), "r"(s2), "r"(b2));
+    return r;
+}
+/* A bf16 (its bits in the low half) as the pair {b, b}. */
+__device__ __forceinline__ uint32_t gt_pair(uint32_t bits) { return __byte_perm(bits, 0u, 0x1010); }
+/* DQ: a unit's A fragments (rows og and og8) from its codes and the raw scale / bias bits of its quad (sb as
+ * gt_sload leaves them; src: the lane holding this unit's). */
+template <int WPU>
+__device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const uint32_t (&sb)[4], int src,
+                                            uint32_t (&a)[2][8]) {
+    const uint32_t s0 = gt_pair(__shfl_sync(0xffffffffu, sb[0], src)), s1 = gt_pair(__shfl_sync(0xffffffffu, sb[1], src));
+    const uint32_t b0 = gt_pair(__shfl_sync(0xffffffffu, sb[2], src)), b1 = gt_pair(__shfl_sync(0xffffffffu, sb[3], src));
+#pragma unroll
+    for (int p = 0; p < 8; p++) a[0][p] = gt_dq(w[0][p >> 2], p & 3, s0, b0), a[1][p] = gt_dq(w[1][p >> 2], p & 3, s1, b1);
+}
+
 #include "cuda_gemv_stage.cuh"
 
 #ifndef GT_KSPLIT
@@ -204,14 +230,16 @@ __device__ __forceinline__ void gt_ksteps(float (&c)[4], const uint32_t (&a)[2][
  * RT = 8 (bf16 x, columns = rows 8T + 2t, 8T + 2t + 1): acc[T] is the MMA's C fragment, {og, og} x {2t, 2t + 1}
  * then {og8, og8}, and xs points at the X sums of rows 2t, 2t + 1; each value is what RT = 4 computes for its
  * row with lo = 0, as (P + 0) + (R + 0) = P + R. */
-template <int Q, int NT, int RT = 4>
+template <int Q, int NT, int RT = 4, bool DQ = false>
 __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const uint32_t (&sb)[4], int src,
                                         const uint4 *bx, const float *xs, int tx, int tX, int nt,
                                         float (&acc)[NT][4]) {
     typedef gt_cfg<Q> C;
     uint32_t a[2][2 * C::KSU];
     float s0 = 0.0f, s1 = 0.0f, b0 = 0.0f, b1 = 0.0f;
-    if constexpr (Q != 0) {
+    if constexpr (Q != 0 && DQ) {
+        gt_dq_frags<C::WPU>(w, sb, src, a);
+    } else if constexpr (Q != 0) {
 #pragma unroll
         for (int r = 0; r < 2; r++)
 #pragma unroll
@@ -230,7 +258,7 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
 #pragma unroll
     for (int T = 0; T < NT; T++) {
         if (T >= nt) break; /* uniform */
-        if constexpr (Q != 0) {
+        if constexpr (Q != 0 && !DQ) {
             float P[4];
 #if GT_KSPLIT /* k-steps 0, 1 and 2, 3 in two accumulators: two MMA chains of 2 instead of one of 4 */
             float R[4];
@@ -270,7 +298,7 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
  * refilled with the unit D later (and, at the end of a group of 4, the group's scales D units later).
  * q0, q8: the lane's weights of unit `base`; bx, xs: the staged fragments / X sums of unit `base`, so
  * every unit's address is a constant offset. FULL: all those units and refills exist (no checks). */
-template <int Q, int NT, int D, bool FULL, int RT = 4>
+template <int Q, int NT, int D, bool FULL, int RT = 4, bool DQ = false>
 __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uint32_t (&sb)[D / 4][4],
                                         const unsigned char *q0, const unsigned char *q8, const uint4 *bx,
                                         const float *xs, int tx, int tX, int nt, int base, int us,
@@ -280,7 +308,7 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
 #pragma unroll
     for (int d = 0; d < D; d++) {
         if (!FULL && base + d >= us) break; /* uniform */
-        gt_unit<Q, NT, RT>(w[d], sb[d / 4], (lane & ~3) | (d & 3), bx + d * C::SXU, xs + d * RT, tx, tX, nt, acc);
+        gt_unit<Q, NT, RT, DQ>(w[d], sb[d / 4], (lane & ~3) | (d & 3), bx + d * C::SXU, xs + d * RT, tx, tX, nt, acc);
         if (FULL || base + d + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
         if constexpr (Q != 0)
             if ((d & 3) == 3 && (FULL || base + d + D - 3 < us))
@@ -317,7 +345,7 @@ __device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int6
  * the partials' loop cost the 64-row producers ~4 us a call, session 12.) */
 static_assert(GT_OUT == QNORM_PART, "a block's outputs are one part of the residual's sums of squares");
 #define GT_SS_SMEM(rows) ((size_t)GT_OUT * (rows) * sizeof(float)) /* the squares of a block's rows */
-template <int Q, int NT, bool SUM_BY_S, int RT = 4>
+template <int Q, int NT, bool SUM_BY_S, int RT = 4, bool DQ = false>
 __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
                                           int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last,
@@ -344,7 +372,8 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
         for (int T = 0; T < NT; T++) {
             if (T >= nt) break;
             const int r = row0 + 4 * T + t;
-            const float v0 = Q ? acc[T][0] : acc[T][0] + acc[T][1], v1 = Q ? acc[T][1] : acc[T][2] + acc[T][3];
+            const bool fold = Q && !DQ; /* a folded unit's sums, else a chain's hi + lo columns */
+            const float v0 = fold ? acc[T][0] : acc[T][0] + acc[T][1], v1 = fold ? acc[T][1] : acc[T][2] + acc[T][3];
             float *d = dst + (int64_t)r * W.n_out + o0 + g;
             if (r < n) {
                 if (o0 + g < W.n_out) d[0] = add ? d[0] + v0 : v0;
@@ -513,7 +542,7 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
  * variant, a shorter ring). LOOP (job.loop): the block stages its slice of x once for several output blocks,
  * the next one's first weights going out before this one's finish (the head's ~3,900 blocks each staged x;
  * session 14). */
-template <int Q, int NT, bool PRE, int MINB, int IN, bool LOOP, typename Wait>
+template <int Q, int NT, bool PRE, int MINB, int IN, bool LOOP, bool DQ = false, typename Wait>
 __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, const gt_job &job, unsigned bid,
                                          Wait wait) {
     typedef gt_cfg<Q> C;
@@ -544,16 +573,16 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
             const int tx = us * C::SXU, tX = us * 4;
             int base = 0;
             for (; GT_FULL_TURNS(Q) && base + 2 * D <= us; base += D)
-                gt_turn<Q, NT, D, true>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                gt_turn<Q, NT, D, true, 4, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
                                         sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
                                         P.bb0, P.bb8, P.ub, lane, acc);
             for (; base < us; base += D)
-                gt_turn<Q, NT, D, false>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                gt_turn<Q, NT, D, false, 4, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
                                          sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0,
                                          P.s8, P.bb0, P.bb8, P.ub, lane, acc);
         }
         if constexpr (!LOOP) {
-            gt_finish<Q, NT, Q != 0>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane,
+            gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane,
                                      P.bx, &last, job.ss);
             return;
         }
@@ -565,19 +594,20 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
             P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb);
             gt_ring_start<Q, D>(P, w, sb, t);
         }
-        gt_finish<Q, NT, Q != 0>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, 0, nt, ob, o0, wact, lane, bx, &last,
+        gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, 0, nt, ob, o0, wact, lane, bx, &last,
                                  job.ss);
         if (!more) return;
     }
 }
 
-template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, int IN = GT_IN_X, bool LOOP = false>
+template <int Q, int NT, bool PRE, int MINB = GT_MIN_BLOCKS, int IN = GT_IN_X, bool LOOP = false, bool DQ = false>
 __global__ void __launch_bounds__(GT_THREADS, MINB)
     gemv_tc_kernel(const float *__restrict__ x, int n, const __grid_constant__ gt_job job) {
-    gt_block<Q, NT, PRE, MINB, IN, LOOP>(x, n, job, blockIdx.x, [] { cu_pdl_enter(); });
+    gt_block<Q, NT, PRE, MINB, IN, LOOP, DQ>(x, n, job, blockIdx.x, [] { cu_pdl_enter(); });
 }
 
 #include "cuda_gemv_wide.cuh"
+#include "cuda_gemv_dq.cuh"
 #include "cuda_gemv_plan.cuh"
 #include "cuda_gemv_simt.cuh"
 

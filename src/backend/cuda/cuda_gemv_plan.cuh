@@ -53,13 +53,17 @@ static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
     const int S = gemv_tc_split(W, gemv_tc_kind(W));
     return S > 1 ? (size_t)S * (size_t)n * (size_t)W->n_out : 0;
 }
+/* bf16x, the decode precision (cu_decode_precision): 0 split, 1 bf16 x, GT_DQ bf16 x and 4-bit weights dequantized
+ * before their MMAs (cuda_gemv.cuh's DQ; bf16 weights compute as in bf16). */
+#define GT_DQ 2
 /* Rows per tile of a launch on n rows: 8 in the many-row kernel with bf16 x (bf16x: QUILL_DECODE_PRECISION=bf16,
  * cuda_gemv.cuh), else 4 (a row's hi and lo columns; with bf16 x, lo = 0). */
 static inline int gemv_tc_tile_rows(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x ? 8 : 4; }
 
 /* Tiles of 8 rows a many-row block takes at most: 4 (tune_gemv, 64 rows, 4-bit: the MLP shapes 10-17 % faster
  * than 8, whose kernel spills), but 8 for weights larger than L2 (the head: 4 % slower with 4, the second row
- * chunk reading it from DRAM again). */
+ * chunk reading it from DRAM again) and for 4-bit weights in dequant mode (gemv_dq_kernel: a unit's A fragments
+ * serve all 64 rows). */
 #ifndef GW_RT8_TILES
 #define GW_RT8_TILES 4
 #endif
@@ -73,7 +77,7 @@ static inline int gemv_tc_job_tiles(int kind, int n, int count, const qweight *c
         const int rt = gemv_tc_tile_rows(n, bf16x);
         int most = GW_MAX_TILES;
         if (rt == 8) { /* gt_launch_q's instances: 2, 4, 8 */
-            most = std::min(GW_RT8_TILES, 8);
+            most = kind != 0 && bf16x == GT_DQ ? 8 : std::min(GW_RT8_TILES, 8);
             for (int i = 0; i < count; i++) {
                 const int64_t bytes = kind ? W[i]->n_out * W[i]->n_in / 2 : W[i]->n_out * W[i]->n_in * 2;
                 if (bytes > GW_HUGE_BYTES) most = 8;
@@ -139,21 +143,24 @@ static inline int gt_lean_on(void) {
 
 /* The one-tile kernel that stages its own x, of input kind `in` (gt_in_kind). */
 typedef void (*kernel_fn)(const float *, int, const gt_job);
-template <int Q, int MINB> static inline kernel_fn gt_staging_kernel(int in) {
-    return in == GT_IN_GLU     ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GLU>
-           : in == GT_IN_NORM  ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_NORM>
-           : in == GT_IN_GNORM ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GNORM>
-                               : gemv_tc_kernel<Q, 1, false, MINB, GT_IN_X>;
+template <int Q, int MINB, bool DQ = false> static inline kernel_fn gt_staging_kernel(int in) {
+    return in == GT_IN_GLU     ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GLU, false, DQ>
+           : in == GT_IN_NORM  ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_NORM, false, DQ>
+           : in == GT_IN_GNORM ? gemv_tc_kernel<Q, 1, false, MINB, GT_IN_GNORM, false, DQ>
+                               : gemv_tc_kernel<Q, 1, false, MINB, GT_IN_X, false, DQ>;
 }
 /* The split-once kernel of input kind `in` and RT rows a tile (the 4-bit groups share one layout: Q = 64). */
 typedef void (*split_fn)(const float *, const gt_input, int, int64_t, uint4 *, float *);
-template <int Q, int RT> static inline split_fn gt_split_kernel_rt(int in) {
-    return in == GT_IN_GLU     ? gemv_split_kernel<Q, GT_IN_GLU, RT>
-           : in == GT_IN_NORM  ? gemv_split_kernel<Q, GT_IN_NORM, RT>
-           : in == GT_IN_GNORM ? gemv_split_kernel<Q, GT_IN_GNORM, RT>
-                               : gemv_split_kernel<Q, GT_IN_X, RT>;
+template <int Q, int RT, bool WGO = false> static inline split_fn gt_split_kernel_rt(int in) {
+    return in == GT_IN_GLU     ? gemv_split_kernel<Q, GT_IN_GLU, RT, WGO>
+           : in == GT_IN_NORM  ? gemv_split_kernel<Q, GT_IN_NORM, RT, WGO>
+           : in == GT_IN_GNORM ? gemv_split_kernel<Q, GT_IN_GNORM, RT, WGO>
+                               : gemv_split_kernel<Q, GT_IN_X, RT, WGO>;
 }
-template <int Q> static inline split_fn gt_split_kernel(int in, int rt) {
+/* wgo: for gemv_dq_kernel (gdq_wgmma) */
+template <int Q> static inline split_fn gt_split_kernel(int in, int rt, bool wgo = false) {
+    if constexpr (Q != 0)
+        if (wgo) return gt_split_kernel_rt<Q, 8, true>(in);
     return rt == 8 ? gt_split_kernel_rt<Q, 8>(in) : gt_split_kernel_rt<Q, 4>(in);
 }
 
@@ -161,41 +168,62 @@ template <int Q> static inline split_fn gt_split_kernel(int in, int rt) {
 template <typename F> static inline cudaError_t gt_attr(F *f, cudaError_t e) {
     return e == cudaSuccess ? cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX) : e;
 }
-template <int Q> static inline cudaError_t gt_attr_q(cudaError_t e) {
-    if constexpr (Q != 0) e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true>, e);
+template <int Q, bool DQ = false> static inline cudaError_t gt_attr_q(cudaError_t e) {
+    if constexpr (Q != 0) e = gt_attr(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true, DQ>, e);
     for (int in = GT_IN_X; in <= GT_IN_GNORM; in++)
-        e = gt_attr(gt_staging_kernel<Q, GT_MIN_BLOCKS>(in), gt_attr(gt_staging_kernel<Q, GT_LEAN_BLOCKS>(in), e));
-    e = gt_attr(gemv_tc_kernel<Q, 1, true>, e);
+        e = gt_attr(gt_staging_kernel<Q, GT_MIN_BLOCKS, DQ>(in), gt_attr(gt_staging_kernel<Q, GT_LEAN_BLOCKS, DQ>(in), e));
+    e = gt_attr(gemv_tc_kernel<Q, 1, true, GT_MIN_BLOCKS, GT_IN_X, false, DQ>, e);
 #if GT_MAX_TILES >= 4
-    e = gt_attr(gemv_tc_kernel<Q, 4, true>, e);
+    e = gt_attr(gemv_tc_kernel<Q, 4, true, GT_MIN_BLOCKS, GT_IN_X, false, DQ>, e);
 #endif
-    return gt_attr(gemv_tc_kernel<Q, 2, true>, e);
+    return gt_attr(gemv_tc_kernel<Q, 2, true, GT_MIN_BLOCKS, GT_IN_X, false, DQ>, e);
 }
-template <int Q, int NT, int RT> static inline cudaError_t gw_attr(cudaError_t e) {
+template <int Q, int NT, int RT, bool DQ = false> static inline cudaError_t gw_attr(cudaError_t e) {
     typedef gw_cfg<Q, NT, RT> G;
     static_assert(G::SMEM <= GW_SMEM_MAX, "a wide block's stages must fit an SM");
-    return e == cudaSuccess
-               ? cudaFuncSetAttribute(gemv_wide_kernel<Q, NT, RT>, cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM)
-               : e;
+    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_wide_kernel<Q, NT, RT, DQ>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, G::SMEM)
+                            : e;
 }
 template <int Q> static inline cudaError_t gw_attr_q(cudaError_t e) {
     e = gw_attr<Q, 8, 8>(gw_attr<Q, 4, 8>(gw_attr<Q, 2, 8>(e)));
     return gw_attr<Q, 16, 4>(gw_attr<Q, 8, 4>(gw_attr<Q, 4, 4>(e)));
 }
+/* Dequant mode's many-row kernels: gemv_dq_kernel, and gemv_wide_kernel's DQ form where the code has no wgmma. */
+template <int Q, int NT> static inline cudaError_t gdq_attr(cudaError_t e) {
+    e = gw_attr<Q, NT, 8, true>(e);
+    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_dq_kernel<Q, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   gdq_cfg<NT>::SMEM)
+                            : e;
+}
+template <int Q> static inline cudaError_t gdq_attr_q(cudaError_t e) {
+    return gdq_attr<Q, 8>(gdq_attr<Q, 4>(gdq_attr<Q, 2>(gt_attr_q<Q, true>(e))));
+}
 static inline cudaError_t gemv_tc_init(void) {
-    const cudaError_t e = gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess)));
-    return gw_attr_q<128>(gw_attr_q<64>(gw_attr_q<0>(e)));
+    cudaError_t e = gt_attr_q<128>(gt_attr_q<64>(gt_attr_q<0>(cudaSuccess)));
+    e = gw_attr_q<128>(gw_attr_q<64>(gw_attr_q<0>(e)));
+    return gdq_attr_q<128>(gdq_attr_q<64>(e));
 }
 
-template <int Q, int NT, int RT>
+template <int Q, int NT, int RT, bool DQ = false>
 static inline cudaError_t gw_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
-    return cu_launch(gemv_wide_kernel<Q, NT, RT>, blocks, GT_THREADS, gw_cfg<Q, NT, RT>::SMEM, st, n, job);
+    return cu_launch(gemv_wide_kernel<Q, NT, RT, DQ>, blocks, GT_THREADS, gw_cfg<Q, NT, RT>::SMEM, st, n, job);
 }
-template <int Q>
+/* Dequant mode, many rows (tiles of 8): on wgmma where the build's code for the device has it (x then split in its
+ * order), else the wide kernel's DQ form (the same bits). */
+static inline bool gdq_wgmma(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x == GT_DQ && wg_available(); }
+template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
+    if (gdq_wgmma(n, GT_DQ)) return cu_launch(gemv_dq_kernel<Q, NT>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n, job);
+    return gw_launch<Q, NT, 8, true>(blocks, st, n, job);
+}
+template <int Q, bool DQ = false>
 static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t smem, cudaStream_t st, const float *x,
                                       int n, const gt_job &job) {
     if (n > GW_MIN_ROWS) {
         static_assert(GW_MAX_TILES <= 16, "gemv_wide_kernel instances: 4, 8, 16 tiles of 4 rows; 2, 4, 8 of 8");
+        if constexpr (DQ) /* bf16 x: tiles of 8 */
+            return nt == 2 ? gdq_launch<Q, 2>(blocks, st, n, job) : nt == 4 ? gdq_launch<Q, 4>(blocks, st, n, job)
+                                                                             : gdq_launch<Q, 8>(blocks, st, n, job);
         if (rt == 8)
             return nt == 2 ? gw_launch<Q, 2, 8>(blocks, st, n, job) : nt == 4 ? gw_launch<Q, 4, 8>(blocks, st, n, job)
                                                                                : gw_launch<Q, 8, 8>(blocks, st, n, job);
@@ -204,18 +232,19 @@ static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t sm
     }
     /* x staged by each block (n <= 4: nt = 1) as it is, gated or normalised (a template parameter: a run-time
      * branch in the staging once cost the bf16 kernel ~1.8x, session 3), or split once */
-    kernel_fn k = nt == 1 ? gemv_tc_kernel<Q, 1, true> : gemv_tc_kernel<Q, 2, true>;
+    kernel_fn k = nt == 1 ? gemv_tc_kernel<Q, 1, true, GT_MIN_BLOCKS, GT_IN_X, false, DQ>
+                          : gemv_tc_kernel<Q, 2, true, GT_MIN_BLOCKS, GT_IN_X, false, DQ>;
 #if GT_MAX_TILES >= 4
-    if (nt == 4) k = gemv_tc_kernel<Q, 4, true>;
+    if (nt == 4) k = gemv_tc_kernel<Q, 4, true, GT_MIN_BLOCKS, GT_IN_X, false, DQ>;
 #endif
     if constexpr (Q != 0)
         if (job.loop)
-            return cu_launch(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true>, blocks, GT_THREADS, smem, st, x,
-                             n, job);
+            return cu_launch(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true, DQ>, blocks, GT_THREADS, smem, st,
+                             x, n, job);
     if (!job.xs) /* more than a wave at the budget's blocks per SM: the lean variant */
         k = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms())
-                ? gt_staging_kernel<Q, GT_LEAN_BLOCKS>(gt_in_kind(job.in))
-                : gt_staging_kernel<Q, GT_MIN_BLOCKS>(gt_in_kind(job.in));
+                ? gt_staging_kernel<Q, GT_LEAN_BLOCKS, DQ>(gt_in_kind(job.in))
+                : gt_staging_kernel<Q, GT_MIN_BLOCKS, DQ>(gt_in_kind(job.in));
     return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
@@ -240,7 +269,7 @@ static inline bool gemv_tc_norm_ok(const qnorm &nm) { return nm.ss && ((uintptr_
 
 /* What a launch does besides the product (gemv_tc_launch_multi): x gated (glu) or normalised (norm), and the
  * residual boundary's producer (ss: y[0] is the residual; one weight). NULL: nothing. bf16x: x rounded to bf16
- * (QUILL_DECODE_PRECISION=bf16). */
+ * (QUILL_DECODE_PRECISION=bf16), or GT_DQ (=dequant). */
 struct gt_extra {
     const qglu *glu;
     const qnorm *norm;
@@ -327,13 +356,18 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
     const gt_job &job = pl.job;
     if (pl.split) {
         const int in = gt_in_kind(job.in);
-        const split_fn split = kind == 0 ? gt_split_kernel<0>(in, pl.rt) : gt_split_kernel<64>(in, pl.rt);
+        const bool wgo = kind != 0 && gdq_wgmma(n, ex.bf16x);
+        const split_fn split = kind == 0 ? gt_split_kernel<0>(in, pl.rt) : gt_split_kernel<64>(in, pl.rt, wgo);
         e = cu_launch(split, (unsigned)pl.split, 256, 0, st, x, job.in, n, W[0]->n_in, (uint4 *)pre, (float *)job.Xs);
         if (e != cudaSuccess) return e;
     }
+    const bool dq = ex.bf16x == GT_DQ; /* bf16 weights: as in bf16 mode */
     if (kind == 0) return gt_launch_q<0>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
-    if (kind == 64) return gt_launch_q<64>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
-    return gt_launch_q<128>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
+    if (kind == 64)
+        return dq ? gt_launch_q<64, true>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job)
+                  : gt_launch_q<64>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
+    return dq ? gt_launch_q<128, true>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job)
+              : gt_launch_q<128>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
 }
 
 static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,

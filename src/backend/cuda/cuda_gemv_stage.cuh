@@ -94,7 +94,7 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
     return part ? __bfloat162float(__float2bfloat16_rn(v[e] - h[e])) : h[e];
 }
 #define GT_STAGE_ITEMS(rt) ((rt) * 4) /* items per (tile, unit): rt rows x 4 lanes t */
-template <int Q, int IN, int RT = 4>
+template <int Q, int IN, int RT = 4, bool WGO = false>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
     typedef gt_cfg<Q> C;
@@ -161,7 +161,16 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             for (int e = 0; e < C::EPT; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
         }
         const bool hi_only = RT == 8 || in.bf16; /* x is its hi part: the lo columns are zeros */
-        if (i < items) {
+        if (WGO && i < items) { /* wgmma's rows: words 8 j + t (b0 of k-step j) and 8 j + 4 + t (b1) of row rr */
+            static_assert(!WGO || (Q != 0 && RT == 8), "wgmma order: 4-bit units, tiles of 8 rows");
+            uint32_t *row = (uint32_t *)(sx + (size_t)(T * us + u) * C::SXU) + rr * 32 + t;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int e0 = (j & 1) * 2 + (j >> 1) * 8; /* as below */
+                row[8 * j] = live ? cu_pack_bf16x2(h[e0], h[e0 + 4]) : 0u;
+                row[8 * j + 4] = live ? cu_pack_bf16x2(h[e0 + 1], h[e0 + 5]) : 0u;
+            }
+        } else if (i < items) {
             const int tu = T * us + u;
 #pragma unroll
             for (int part = 0; part < 8 / RT; part++) { /* hi (g = 2 rr), then lo (g = 2 rr + 1); RT 8: hi (g = rr) */
@@ -199,12 +208,14 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
 /* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout
  * with us = U, tiles of RT rows) and each block copies its slice; the values are gt_stage's, so results do not
  * change. */
-template <int Q, int IN, int RT>
+/* WGO: in the order gemv_dq_kernel's stages take (each tile's unit: 8 rows of 64 bf16 in the MMA's k-slot order,
+ * row after row), not as fragments. */
+template <int Q, int IN, int RT, bool WGO = false>
 __global__ void __launch_bounds__(256) gemv_split_kernel(const float *__restrict__ x, const gt_input in, int n,
                                                          int64_t K, uint4 *__restrict__ xs, float *__restrict__ Xs) {
     cu_pdl_enter();
     const int nt = (n + RT - 1) / RT;
-    gt_stage<Q, IN, RT>(x, in, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
+    gt_stage<Q, IN, RT, WGO>(x, in, n, K, 0, nt, 0, (int)(K / gt_cfg<Q>::UK), xs, Xs,
                         (int)(blockIdx.x * blockDim.x + threadIdx.x), (int)(gridDim.x * blockDim.x));
 }
 

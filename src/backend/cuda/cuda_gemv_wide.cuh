@@ -92,7 +92,7 @@ __device__ __forceinline__ void gw_next(int c, int chunks, int us, const uint4 *
 }
 
 /* The warp's turn over chunk c's units (gemv_tc_kernel's gt_turn with the stage as the staged x). */
-template <int Q, int NT, int RT, bool FULL>
+template <int Q, int NT, int RT, bool FULL, bool DQ>
 __device__ __forceinline__ void gw_turn(int c, const gt_place<Q> &P, uint32_t (&w)[GW_UNITS][2][gt_cfg<Q>::WPU],
                                         uint32_t (&sb)[GW_UNITS / 4][4], int lane, float (&acc)[NT][4]) {
     typedef gt_cfg<Q> C;
@@ -101,12 +101,12 @@ __device__ __forceinline__ void gw_turn(int c, const gt_place<Q> &P, uint32_t (&
     extern __shared__ uint4 gt_smem[];
     const uint4 *st = gt_smem + (c % G::STAGES) * G::STAGE_U4;
     const int base = c * D;
-    gt_turn<Q, NT, D, FULL, RT>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB, st + lane,
+    gt_turn<Q, NT, D, FULL, RT, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB, st + lane,
                                 (const float *)(st + G::FRAG_U4) + (lane & 3) * (RT / 4), D * C::SXU, D * RT, NT, base,
                                 P.us, P.s0, P.s8, P.bb0, P.bb8, P.ub, lane, acc);
 }
 
-template <int Q, int NT, int RT>
+template <int Q, int NT, int RT, bool DQ = false>
 __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT, RT>::MIN_BLOCKS)
     gemv_wide_kernel(int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
@@ -140,14 +140,14 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT, RT>::MIN_BLOCKS)
     int c = 0;
     for (; (c + 2) * D <= us; c++) {
         gw_next<Q, NT, RT>(c, chunks, us, xs, Xs, P.U, live);
-        if (P.wact) gw_turn<Q, NT, RT, true>(c, P, w, sb, lane, acc);
+        if (P.wact) gw_turn<Q, NT, RT, true, DQ>(c, P, w, sb, lane, acc);
     }
     for (; c < chunks; c++) {
         gw_next<Q, NT, RT>(c, chunks, us, xs, Xs, P.U, live);
-        if (P.wact) gw_turn<Q, NT, RT, false>(c, P, w, sb, lane, acc);
+        if (P.wact) gw_turn<Q, NT, RT, false, DQ>(c, P, w, sb, lane, acc);
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
-    gt_finish<Q, NT, true, RT>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane,
+    gt_finish<Q, NT, true, RT, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane,
                                P.bx, &last, job.ss);
 }
 

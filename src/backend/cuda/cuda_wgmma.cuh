@@ -55,6 +55,19 @@ template <> __device__ __forceinline__ void wg_mma_ra<8>(float (&d)[4], const ui
     (void)d, (void)a, (void)db, (void)accumulate;
 #endif
 }
+template <> __device__ __forceinline__ void wg_mma_ra<16>(float (&d)[8], const uint32_t (&a)[4], uint64_t db,
+                                                            int accumulate) {
+#if WG_ON
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7}, "
+                 "{%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+#else
+    (void)d, (void)a, (void)db, (void)accumulate;
+#endif
+}
 template <> __device__ __forceinline__ void wg_mma_ra<32>(float (&d)[16], const uint32_t (&a)[4], uint64_t db,
                                                             int accumulate) {
 #if WG_ON

@@ -1,0 +1,143 @@
+/* cuda_gemv_dq.cuh: the many-row decode matmul on wgmma (sm_90a) for 4-bit weights (g64, g128) in
+ * QUILL_DECODE_PRECISION=dequant, included by cuda_gemv.cuh.
+ *
+ * In that mode every decode kernel computes a row the same way (cuda_gemv.cuh, DQ): x rounded to bf16, a unit's
+ * codes made bf16 weights by gt_dq, and one chain of k16 MMAs per (output, row) over the weight's K slice, the
+ * slices' partials then summed in slice order. With no fold per unit the chain can run on wgmma: one
+ * wgmma.m64n(8 NT)k16 a k-step for the warpgroup's 64 outputs and all of the block's rows, its sums mma.sync's bit
+ * for bit (cuda_wgmma.cuh), so a row's bits are those of the one-row kernels (EXACT(batch)). The units' A
+ * fragments are made once for all the rows (the dequantisation costs a unit what it costs one row), and B comes
+ * from shared memory by the tensor cores, where gemv_wide_kernel loads fragments and issues 4 mma.sync a tile.
+ *
+ * A block is gemv_wide_kernel's: 8 warps (2 warpgroups, 128 outputs), NT tiles of 8 rows (up to 64), one K slice,
+ * and the same finish (gt_finish RT = 8: wgmma's accumulators are RT = 8's acc[T][c] layout). x comes split by
+ * gemv_split_kernel (RT = 8, WGO) as wgmma's B rows: per unit, the block's rows of 64 bf16 values (128 bytes
+ * each), in the MMA's k-slot order (slots 2t, 2t + 1 and 2t + 8, 2t + 9 of k-step j are the words b0 and b1 that
+ * lane (row, t)'s fragment holds for j), which the stage loads put in the 128-byte swizzle. */
+#ifndef QUILL_CUDA_GEMV_DQ_CUH
+#define QUILL_CUDA_GEMV_DQ_CUH
+
+#include "cuda_wgmma.cuh"
+
+/* A stage: GW_UNITS units of B, each 8 NT rows x 128 bytes (1024-aligned for the swizzle). Three stages when two
+ * blocks of them fit an SM. */
+template <int NT> struct gdq_cfg {
+    static constexpr int ROWS = 8 * NT;
+    static constexpr int UNIT_BYTES = ROWS * 128;
+    static constexpr int B_BYTES = GW_UNITS * UNIT_BYTES;
+    static constexpr int STAGES = 3 * B_BYTES + 1024 <= 112 * 1024 ? 3 : 2;
+    static constexpr int SMEM = STAGES * B_BYTES + 1024; /* + the slack that aligns the stages to 1024 */
+    static_assert(SMEM <= 112 * 1024, "two blocks an SM");
+    static_assert(SMEM >= GT_SS_SMEM(ROWS), "gt_finish keeps the squares of the block's rows in the stages");
+};
+
+/* The stage loads: x comes split in this kernel's order (gemv_split_kernel WGO: a tile's unit is 8 rows of 128
+ * bytes, k-slot order), so a unit of a tile is 64 pieces of 16 bytes that land swizzled. A thread takes one piece
+ * (row g, 16-byte chunk c) of one unit d of every tile: its shared offset (gdq_dst) and its piece of tile 0 in
+ * the split rows (gdq_src) are fixed, the rest constant strides. (Gathering 4-byte words from the fragment layout
+ * cost 32 copies a thread a stage and ~40 % of the kernel's instructions, ncu.) */
+__device__ __forceinline__ uint32_t gdq_dst(int unit_bytes) {
+    const int c = threadIdx.x & 7, g = (threadIdx.x >> 3) & 7, d = threadIdx.x >> 6;
+    return d * unit_bytes + g * 128 + ((c ^ g) << 4);
+}
+__device__ __forceinline__ const uint4 *gdq_src(const uint4 *xs) {
+    return xs + (threadIdx.x >> 6) * gt_cfg<64>::SXU + (threadIdx.x & 63);
+}
+/* Issues the cp.async of units [u0, u0 + uc) of the block's tiles into the stage at shared address bst (tiles >=
+ * live and units >= uc: zeros); src: this thread's piece of the slice's first unit (gdq_src), ts: a tile's stride
+ * in the split rows (uint4). */
+template <int NT>
+__device__ __forceinline__ void gdq_stage_load(uint32_t bst, const uint4 *__restrict__ src, int64_t ts, int u0, int uc,
+                                               int live) {
+    typedef gdq_cfg<NT> G;
+    static_assert(GW_UNITS == 4 && GT_THREADS == 256 && gt_cfg<64>::SXU == 64, "a thread a piece of one unit");
+    const uint32_t dst = bst + gdq_dst(G::UNIT_BYTES);
+    const uint4 *s0 = src + (int64_t)u0 * gt_cfg<64>::SXU;
+    const bool here = (int)(threadIdx.x >> 6) < uc;
+#pragma unroll
+    for (int T = 0; T < NT; T++) {
+        const bool ok = here && T < live;
+        cu_cp_async16(dst + T * 1024, ok ? (const void *)(s0 + T * ts) : (const void *)src, ok);
+    }
+}
+
+/* Before chunk c: waits for its stage and makes the cp.async writes visible to the tensor cores' reads, then sends
+ * the chunk STAGES - 1 ahead into the stage chunk c - 1 used (every warp is past it and its wgmmas: the barrier). */
+template <int NT>
+__device__ __forceinline__ void gdq_next(int c, int chunks, int us, uint32_t b0, const uint4 *xs, int64_t ts,
+                                         int live) {
+    typedef gdq_cfg<NT> G;
+    cu_cp_wait<G::STAGES - 2>();
+#if WG_ON
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+    __syncthreads();
+    const int next = c + G::STAGES - 1;
+    if (next < chunks)
+        gdq_stage_load<NT>(b0 + (next % G::STAGES) * G::B_BYTES, xs, ts, next * GW_UNITS,
+                           min(GW_UNITS, us - next * GW_UNITS), live);
+    cu_cp_commit();
+}
+
+/* Every warp of a warpgroup issues its wgmmas, so warps past the outputs compute on clamped rows and do not write.
+ * A unit's A fragments live in one of two sets until its group completes: before a set is made again, the group
+ * two units back (the one that read it) is waited for, and a chunk's last group before the barrier that lets its
+ * stage be refilled. */
+template <int Q, int NT>
+__global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __grid_constant__ gt_job job) {
+    typedef gt_cfg<Q> C;
+    typedef gdq_cfg<NT> G;
+    constexpr int D = GW_UNITS;
+    extern __shared__ uint4 gt_smem[];
+    __shared__ int last;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+    const gt_place<Q> P = gt_locate<Q>(job, n, 8 * NT, lane, warp, blockIdx.x);
+    const int us = P.us, live = (n - P.row0 + 7) / 8, chunks = (us + D - 1) / D;
+    const uint32_t b0 = (cu_smem_addr(gt_smem) + 1023u) & ~1023u;
+
+    uint32_t w[D][2][C::WPU];
+    uint32_t sb[D / 4][4];
+    gt_ring_start<Q, D>(P, w, sb, t);
+    cu_pdl_enter(); /* x, the partials and the tickets are the previous ops' */
+    const uint4 *xs = gdq_src(job.xs + ((int64_t)(P.row0 / 8) * P.U + P.ub) * C::SXU); /* tile 0's first unit */
+    const int64_t ts = (int64_t)P.U * C::SXU;
+#pragma unroll
+    for (int c = 0; c < G::STAGES - 1; c++) {
+        if (c < chunks) gdq_stage_load<NT>(b0 + c * G::B_BYTES, xs, ts, c * D, min(D, us - c * D), live);
+        cu_cp_commit();
+    }
+    float acc[NT][4];
+    gt_zero(acc);
+    float(&d4)[4 * NT] = reinterpret_cast<float(&)[4 * NT]>(acc);
+    uint32_t a[2][2][8];
+    for (int c = 0; c < chunks; c++) {
+        gdq_next<NT>(c, chunks, us, b0, xs, ts, live);
+        const int ubase = c * D, here = min(D, us - ubase);
+        const unsigned char *q0 = P.p0 + (int64_t)ubase * C::UB, *q8 = P.p8 + (int64_t)ubase * C::UB;
+        const uint32_t st = b0 + (c % G::STAGES) * G::B_BYTES;
+#pragma unroll
+        for (int d = 0; d < D; d++) {
+            if (d >= here) break; /* uniform */
+            wg_wait<1>();
+            gt_dq_frags<C::WPU>(w[d], sb[d / 4], (lane & ~3) | (d & 3), a[d & 1]);
+            if (ubase + d + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
+            if ((d & 3) == 3 && ubase + d + D - 3 < us)
+                gt_sload<Q>(sb[d / 4], P.s0, P.s8, P.bb0, P.bb8, P.ub, ubase + d + D - 3, us, t);
+            const uint32_t bu = st + d * G::UNIT_BYTES;
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++) { /* gt_ksteps' k-step j */
+                const uint32_t k[4] = {a[d & 1][0][2 * j], a[d & 1][1][2 * j], a[d & 1][0][2 * j + 1],
+                                       a[d & 1][1][2 * j + 1]};
+                wg_mma_ra<8 * NT>(d4, k, wg_desc(bu + 32 * j), 1);
+            }
+            wg_commit();
+        }
+        wg_wait<0>();
+    }
+    cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
+    gt_finish<Q, NT, true, 8, true>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane,
+                                    P.bx, &last, job.ss);
+}
+
+#endif
