@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # tests/cuda/ncu_gemv.sh: Nsight Compute on one launch of the many-row decode matmul (gemv_wide_kernel, 4-bit
 # g64) inside bench_gemv, for each row-tile count in TILES (default "16 8": bench_gemv built with that
-# GW_MAX_TILES). Writes $OUT/ncu_gemv_<t>.txt (details page), $OUT/ncu_gemv_<t>.csv (per-instruction counts and
-# stall samples) and $OUT/sass_<t>.txt (cuobjdump of the kernel). GPU machine only.
+# GW_MAX_TILES). KERNEL=gemv_dq_kernel TILES=8 QUILL_DECODE_PRECISION=dequant profiles dequant mode's 64-row
+# kernel instead (its tiles follow the rows; TILES then only names it). Writes $OUT/ncu_gemv_<t>.txt (details
+# page), $OUT/ncu_gemv_<t>.csv (per-instruction counts and stall samples) and $OUT/sass_<t>.txt (cuobjdump of the
+# kernel). GPU machine only.
 set -u
 cd "$(dirname "$0")/../.."
 nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
@@ -13,7 +15,7 @@ for t in ${TILES:-16 8}; do
 done
 wait
 for t in ${TILES:-16 8}; do
-  k="gemv_wide_kernelILi64ELi${t}E"
+  k="${KERNEL:-gemv_wide_kernel}ILi64ELi${t}E"
   ncu --clock-control none --set full --import-source yes --kernel-name-base mangled -k "regex:$k" --launch-skip 1 \
     --launch-count 1 -f -o "/tmp/ncu_gemv_$t" "/tmp/bg$t" >"$out/ncu_gemv_$t.log" 2>&1 || tail -5 "$out/ncu_gemv_$t.log"
   ncu -i "/tmp/ncu_gemv_$t.ncu-rep" --page details >"$out/ncu_gemv_$t.txt" 2>&1
