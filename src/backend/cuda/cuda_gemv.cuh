@@ -122,27 +122,29 @@ __device__ __forceinline__ void gt_mma0(float (&c)[4], uint32_t a0, uint32_t a1,
 #ifndef GT_OFFSET
 #define GT_OFFSET 1
 #endif
-/* Codes i and i+4 of a word as a bf16 pair (low half = code i). The mask and the or are one lop3 (C's &
+/* Codes i and i+4 of a word as the bf16 pair 128 + q (low half = code i). The mask and the or are one lop3 (C's &
  * then | compile to two: a LOP3 takes one immediate). */
-__device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
+__device__ __forceinline__ uint32_t gt_codes128(uint32_t w, int i) {
     uint32_t v;
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(v) : "r"(w >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
-#if GT_OFFSET
     return v;
-#else
+}
+/* The same pair as q itself: (128 + q) - 128 by a bf16x2 fma, exact. */
+__device__ __forceinline__ uint32_t gt_codes_q(uint32_t w, int i) {
     uint32_t r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(gt_codes128(w, i)), "r"(0x3F803F80u), "r"(0xC300C300u));
     return r;
-#endif
+}
+/* The unit's A fragments as GT_OFFSET asks. */
+__device__ __forceinline__ uint32_t gt_codes(uint32_t w, int i) {
+    return GT_OFFSET ? gt_codes128(w, i) : gt_codes_q(w, i);
 }
 
-/* DQ: codes i and i+4 of a word dequantized, bf16(q s + b) with s2, b2 = {s, s}, {b, b}: q exactly by the fma
- * that takes the 128 out, then one fma rounded once. The same instructions in every DQ kernel. */
+/* DQ: codes i and i+4 of a word dequantized, bf16(q s + b) with s2, b2 = {s, s}, {b, b}: q exactly (gt_codes_q),
+ * then one fma rounded once. The same instructions in every DQ kernel. */
 __device__ __forceinline__ uint32_t gt_dq(uint32_t w, int i, uint32_t s2, uint32_t b2) {
-    uint32_t v, q, r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(v) : "r"(w >> (4 * i)), "r"(0x000F000Fu), "r"(0x43004300u));
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(q) : "r"(v), "r"(0x3F803F80u), "r"(0xC300C300u));
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(q), "r"(s2), "r"(b2));
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(gt_codes_q(w, i)), "r"(s2), "r"(b2));
     return r;
 }
 /* A bf16 (its bits in the low half) as the pair {b, b}. */

@@ -94,6 +94,9 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
     return part ? __bfloat162float(__float2bfloat16_rn(v[e] - h[e])) : h[e];
 }
 #define GT_STAGE_ITEMS(rt) ((rt) * 4) /* items per (tile, unit): rt rows x 4 lanes t */
+/* The lane's first value of k-step j's b0 (its pairs: e0 and e0 + 4 for 4-bit, e0 and e0 + 1 bf16; b1 the next
+ * ones): the K order the weight side's loads give each MMA. */
+template <int Q> __device__ __forceinline__ int gt_kstep_e0(int j) { return Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j; }
 template <int Q, int IN, int RT = 4, bool WGO = false>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
@@ -166,7 +169,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             uint32_t *row = (uint32_t *)(sx + (size_t)(T * us + u) * C::SXU) + rr * 32 + t;
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const int e0 = (j & 1) * 2 + (j >> 1) * 8; /* as below */
+                const int e0 = gt_kstep_e0<Q>(j);
                 row[8 * j] = live ? cu_pack_bf16x2(h[e0], h[e0 + 4]) : 0u;
                 row[8 * j + 4] = live ? cu_pack_bf16x2(h[e0 + 1], h[e0 + 5]) : 0u;
             }
@@ -182,7 +185,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
 #pragma unroll
                         for (int q = 0; q < 2; q++) { /* k-step j's element pairs, paired as the weight side pairs them */
                             const int j = 2 * jp + q;
-                            const int e0 = Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j;
+                            const int e0 = gt_kstep_e0<Q>(j);
                             const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
                             b[2 * q] = cu_pack_bf16x2(gt_part(v, h, e0, part), gt_part(v, h, e0 + d, part));
                             b[2 * q + 1] = cu_pack_bf16x2(gt_part(v, h, e1, part), gt_part(v, h, e1 + d, part));
