@@ -10,7 +10,8 @@
  *     rotating weight copies so that L2 (60 MB) does not keep them; GB/s of weight bytes (codes + scales +
  *     biases) and % of 4.3 TB/s.
  * Also checks 4-bit group 128 on the first shape. QUILL_DECODE_PRECISION=bf16: x rounded to bf16 (the
- * error bound 1e-2 instead of 2e-5); =dequant: the 4-bit weights too, before their MMAs. Prints one compact table; exits non-zero on a failed check. */
+ * error bound 1e-2 instead of 2e-5); =dequant: the 4-bit weights too, before their MMAs. Prints one compact
+ * table; exits non-zero on a failed check. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,7 +138,8 @@ int main(void) {
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, GT_THREADS, GT_OUT, GT_RC, GW_MIN_ROWS,
            4 * GW_MAX_TILES);
     CK(gemv_tc_init());
-    if (const char *dp = getenv("QUILL_DECODE_PRECISION")) bf16x = !strcmp(dp, "bf16") ? 1 : !strcmp(dp, "dequant") ? GT_DQ : 0;
+    if (const char *dp = getenv("QUILL_DECODE_PRECISION"))
+        bf16x = !strcmp(dp, "bf16") ? 1 : !strcmp(dp, "dequant") ? GT_DQ : 0;
     if (bf16x) printf("# x rounded to bf16%s (QUILL_DECODE_PRECISION=%s)\n", bf16x == GT_DQ ? ", 4-bit weights too" : "",
                       bf16x == GT_DQ ? "dequant" : "bf16");
     const int64_t shapes[4][2] = {{4096, 4096}, {12288, 4096}, {4096, 12288}, {248320, 4096}};
