@@ -171,20 +171,33 @@ static inline int cu_pdl_on(void) {
     return on;
 }
 
-/* kernel<<<grid, block, smem, st>>>(args...), with programmatic dependent launch when pdl; returns the
- * launch error. */
+/* kernel<<<grid, block, smem, st>>>(args...) in clusters of `cluster` blocks along x (1: none), with programmatic
+ * dependent launch when pdl; returns the launch error. */
 template <typename... P, typename... A>
-static inline cudaError_t cu_launch_pdl(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                                        cudaStream_t st, A &&...args) {
-    cudaLaunchAttribute at[1];
+static inline cudaError_t cu_launch_ex(bool pdl, int cluster, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                       cudaStream_t st, A &&...args) {
+    cudaLaunchAttribute at[2];
     memset(at, 0, sizeof at);
-    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    at[0].val.programmaticStreamSerializationAllowed = 1;
+    int k = 0;
+    if (pdl) {
+        at[k].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[k++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+        at[k].id = cudaLaunchAttributeClusterDimension;
+        at[k].val.clusterDim.x = (unsigned)cluster, at[k].val.clusterDim.y = 1, at[k++].val.clusterDim.z = 1;
+    }
     cudaLaunchConfig_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
-    cfg.attrs = at, cfg.numAttrs = pdl ? 1 : 0;
+    cfg.attrs = at, cfg.numAttrs = (unsigned)k;
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
+}
+/* The same without clusters. */
+template <typename... P, typename... A>
+static inline cudaError_t cu_launch_pdl(bool pdl, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                        cudaStream_t st, A &&...args) {
+    return cu_launch_ex(pdl, 1, kernel, grid, block, smem, st, static_cast<A &&>(args)...);
 }
 
 /* The decode ops' launches: programmatic where cu_pdl_on(). */
@@ -204,6 +217,40 @@ __device__ __forceinline__ unsigned cu_ticket_take(unsigned *t) {
     unsigned prev;
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(t) : "memory");
     return prev;
+}
+
+/* Thread block clusters (sm_90): the barrier of every thread of the cluster (what each wrote to its shared memory
+ * before it is visible to the others' reads after), the block's rank in its cluster, the shared address of the
+ * same variable in block `rank`'s shared memory, and a load from it. No-ops before sm_90, where no kernel is launched in clusters. */
+__device__ __forceinline__ void cu_cluster_sync(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ int cu_cluster_rank(void) {
+    uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+    return (int)r;
+}
+__device__ __forceinline__ uint32_t cu_cluster_map(uint32_t saddr, int rank) {
+    uint32_t r = saddr;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(saddr), "r"(rank));
+#else
+    (void)rank;
+#endif
+    return r;
+}
+__device__ __forceinline__ float cu_cluster_ld(uint32_t caddr) {
+    float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(caddr) : "memory");
+#else
+    (void)caddr;
+#endif
+    return v;
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -466,7 +466,9 @@ template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
 
 /* A block's place in a launch: its weight (from the job), K slice, output block and row chunk, and its
  * lanes' weight, scale and bias pointers at the slice's first unit. rows: rows per row chunk; vb: the block's
- * number in the launch's (weight, slice, output block, row chunk) order (blockIdx.x, except in a LOOP kernel). */
+ * number in the launch's (weight, slice, output block, row chunk) order (blockIdx.x, except in a LOOP kernel), or
+ * with s_inner in (weight, output block, row chunk, slice) order: a tile's S slices side by side (gemv_dq_kernel's
+ * clusters). */
 template <int Q> struct gt_place {
     qweight W;
     float *y, *part;
@@ -478,7 +480,7 @@ template <int Q> struct gt_place {
 };
 template <int Q>
 __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int rows, int lane, int warp,
-                                                 unsigned vb) {
+                                                 unsigned vb, bool s_inner = false) {
     typedef gt_cfg<Q> C;
     gt_place<Q> P;
     int i = 0; /* the block's weight: constant indices only, so the job stays in parameter space */
@@ -498,8 +500,8 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
     const int n_out = (int)P.W.n_out, K = (int)P.W.n_in;
     P.U = K / C::UK;
     const unsigned n_ob = (unsigned)(n_out + GT_OUT - 1) / GT_OUT, per_s = n_ob * n_rc;
-    const unsigned local = vb - (unsigned)b0, bxu = local % per_s;
-    P.bx = (int)bxu, P.s = (int)(local / per_s);
+    const unsigned local = vb - (unsigned)b0, bxu = s_inner ? local / (unsigned)P.S : local % per_s;
+    P.bx = (int)bxu, P.s = (int)(s_inner ? local % (unsigned)P.S : local / per_s);
     const int rc = (int)(bxu % n_rc);
     P.ob = (int)(bxu / n_rc);
     P.row0 = rc * rows;

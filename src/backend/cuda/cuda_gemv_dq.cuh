@@ -9,8 +9,10 @@
  * fragments are made once for all the rows (the dequantisation costs a unit what it costs one row), and B comes
  * from shared memory by the tensor cores, where gemv_wide_kernel loads fragments and issues 4 mma.sync a tile.
  *
- * A block is gemv_wide_kernel's: 8 warps (2 warpgroups, 128 outputs), NT tiles of 8 rows (up to 64), one K slice,
- * and the same finish (gt_finish RT = 8: wgmma's accumulators are RT = 8's acc[T][c] layout). x comes split by
+ * A block is gemv_wide_kernel's: 8 warps (2 warpgroups, 128 outputs), NT tiles of 8 rows (up to 64), one K slice.
+ * Its finish sums the slices in a thread block cluster (CL, gdq_finish_cluster) where a tile's blocks fit one
+ * (gdq_cluster), else as gemv_wide_kernel does (gt_finish RT = 8: wgmma's accumulators are RT = 8's acc[T][c]
+ * layout). x comes split by
  * gemv_split_kernel (RT = 8, WGO) as wgmma's B rows: per unit, the block's rows of 64 bf16 values (128 bytes
  * each), in the MMA's k-slot order (slots 2t, 2t + 1 and 2t + 8, 2t + 9 of k-step j are the words b0 and b1 that
  * lane (row, t)'s fragment holds for j), which the stage loads put in the 128-byte swizzle. */
@@ -79,11 +81,81 @@ __device__ __forceinline__ void gdq_next(int c, int chunks, int us, uint32_t b0,
     cu_cp_commit();
 }
 
+/* The split-K finish of a cluster (CL): the launch puts a tile's S slices side by side (gt_locate s_inner) in
+ * clusters of C blocks (C: the job's largest S, which every S divides), so each (output block, row chunk) has its
+ * S blocks in one cluster, at ranks r0 .. r0 + S - 1 (r0 = rank - s). Each block leaves its sums in its shared
+ * memory (rows of GDQ_LD floats: the accumulators' stores free of bank conflicts), and after the cluster's
+ * barrier block s sums rows [s R, s R + R) of the tile (R = 8 NT / S) over the S blocks' shared memory in slice
+ * order, sum = p0, sum += p1, ... as gt_finish adds the partials, so the bits are its. With ss (resid_matmul) it
+ * adds the sums to the residual and leaves its rows' sums of squares as gt_finish does (the same squares, the
+ * same warp_sum, the same (q0 + q1) + (q2 + q3)). No partials in global memory, no tickets: the last block's
+ * sum of the partials in gt_finish was ~55 % of the 64-row launch (the same kernel without it: 4096x4096 28.5 ->
+ * 12.7 us, 12288x4096 42.4 -> 25.6). The second barrier keeps every block's shared memory until the others have
+ * read it. */
+#define GDQ_LD (GT_OUT + 4)
+#define GDQ_MAX_CLUSTER 8 /* the portable cluster size; a job with a larger S takes gt_finish */
+template <int NT> struct gdq_fin_cfg {
+    static constexpr int ROWS = 8 * NT, SUMS = ROWS * GDQ_LD * 4, SQ = SUMS; /* byte offsets in the shared memory */
+    static_assert(SUMS + GT_SS_SMEM(ROWS) <= gdq_cfg<NT>::SMEM, "the sums and the squares fit the stages");
+};
+template <int Q, int NT>
+__device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
+                                                   float *__restrict__ ss, int lane, int warp) {
+    typedef gdq_fin_cfg<NT> F;
+    extern __shared__ uint4 gt_smem[];
+    float *sums = (float *)gt_smem, *sq = (float *)((char *)gt_smem + F::SQ);
+    const int g = lane >> 2, t = lane & 3;
+    __syncthreads(); /* every warp is done with the stages */
+    if (P.wact) {
+#pragma unroll
+        for (int T = 0; T < NT; T++)
+#pragma unroll
+            for (int c = 0; c < 4; c++)
+                sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
+    }
+    cu_cluster_sync();
+    const int S = P.S, R = F::ROWS / S, r0 = cu_cluster_rank() - P.s, n_out = (int)P.W.n_out;
+    uint32_t src[GDQ_MAX_CLUSTER];
+#pragma unroll
+    for (int q = 0; q < GDQ_MAX_CLUSTER; q++) src[q] = q < S ? cu_cluster_map(cu_smem_addr(sums), r0 + q) : 0u;
+    for (int i = threadIdx.x; i < R * GT_OUT; i += GT_THREADS) {
+        const int j = i / GT_OUT, o = i % GT_OUT, rl = P.s * R + j, r = P.row0 + rl, og = P.ob * GT_OUT + o;
+        const uint32_t off = (uint32_t)(rl * GDQ_LD + o) * 4u;
+        float v[GDQ_MAX_CLUSTER];
+#pragma unroll
+        for (int q = 0; q < GDQ_MAX_CLUSTER; q++) v[q] = q < S ? cu_cluster_ld(src[q] + off) : 0.0f;
+        float sum = v[0];
+#pragma unroll
+        for (int q = 1; q < GDQ_MAX_CLUSTER; q++)
+            if (q < S) sum += v[q];
+        const bool here = r < n && og < n_out;
+        if (here) {
+            float *d = P.y + (int64_t)r * n_out + og;
+            if (ss) sum = d[0] + sum;
+            d[0] = sum;
+        }
+        if (ss) sq[i] = here ? sum * sum : 0.0f;
+    }
+    if (ss) {
+        __syncthreads();
+        const int64_t parts = (n_out + GT_OUT - 1) / GT_OUT;
+        for (int j = warp; j < R; j += GT_WARPS) {
+            const int r = P.row0 + P.s * R + j;
+            if (r >= n) break; /* uniform */
+            float q[GT_OUT / 32];
+#pragma unroll
+            for (int c = 0; c < GT_OUT / 32; c++) q[c] = warp_sum(sq[j * GT_OUT + 32 * c + lane]);
+            if (lane == 0) ss[r * parts + P.ob] = (q[0] + q[1]) + (q[2] + q[3]);
+        }
+    }
+    cu_cluster_sync(); /* the other blocks are done reading this one's sums */
+}
+
 /* Every warp of a warpgroup issues its wgmmas, so warps past the outputs compute on clamped rows and do not write.
  * A unit's A fragments live in one of two sets until its group completes: before a set is made again, the group
  * two units back (the one that read it) is waited for, and a chunk's last group before the barrier that lets its
  * stage be refilled. */
-template <int Q, int NT>
+template <int Q, int NT, bool CL>
 __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
     typedef gdq_cfg<NT> G;
@@ -91,7 +163,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const gt_place<Q> P = gt_locate<Q>(job, n, 8 * NT, lane, warp, blockIdx.x);
+    const gt_place<Q> P = gt_locate<Q>(job, n, 8 * NT, lane, warp, blockIdx.x, CL);
     const int us = P.us, live = (n - P.row0 + 7) / 8, chunks = (us + D - 1) / D;
     const uint32_t b0 = (cu_smem_addr(gt_smem) + 1023u) & ~1023u;
 
@@ -136,8 +208,11 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
         wg_wait<0>();
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
-    gt_finish<Q, NT, true, 8, true>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane,
-                                    P.bx, &last, job.ss);
+    if constexpr (CL)
+        gdq_finish_cluster<Q, NT>(acc, n, P, job.ss, lane, warp);
+    else
+        gt_finish<Q, NT, true, 8, true>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact,
+                                        lane, P.bx, &last, job.ss);
 }
 
 #endif

@@ -192,8 +192,11 @@ template <int Q> static inline cudaError_t gw_attr_q(cudaError_t e) {
 /* Dequant mode's many-row kernels: gemv_dq_kernel, and gemv_wide_kernel's DQ form where the code has no wgmma. */
 template <int Q, int NT> static inline cudaError_t gdq_attr(cudaError_t e) {
     e = gw_attr<Q, NT, 8, true>(e);
-    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_dq_kernel<Q, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   gdq_cfg<NT>::SMEM)
+    if (e == cudaSuccess)
+        e = cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 gdq_cfg<NT>::SMEM);
+    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, true>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, gdq_cfg<NT>::SMEM)
                             : e;
 }
 template <int Q> static inline cudaError_t gdq_attr_q(cudaError_t e) {
@@ -212,9 +215,29 @@ static inline cudaError_t gw_launch(unsigned blocks, cudaStream_t st, int n, con
 /* Dequant mode, many rows (tiles of 8): on wgmma where the build's code for the device has it (x then split in its
  * order), else the wide kernel's DQ form (the same bits). */
 static inline bool gdq_wgmma(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x == GT_DQ && wg_available(); }
+static inline int gdq_cluster_on(void) {
+    static int env = -1;
+    return cu_env_on("QUILL_CUDA_GDQ_CLUSTER", &env);
+}
+/* The cluster size of a job's gemv_dq_kernel launch of nt tiles (its finish in the cluster, gdq_finish_cluster): the
+ * largest S, when every weight's blocks come in whole clusters, it is portable, and each block of a cluster sums
+ * 8 rows or more (c <= nt); else 0 (gt_finish's tickets). bench_gemv, pipelined us, tickets / cluster: 64 rows
+ * 4096x4096 28.5 / 20.5, 12288x4096 42.6 / 35.3, the head 536 / 396; 16 rows 4096x4096 (c = 8) 13.2 / 17.0,
+ * 12288x4096 (c = 4) 24.5 / 24.6, the head (c = 2) 296 / 278: a cluster of 8 blocks is placed as a whole, and
+ * at 16 rows the last block's sum of the partials is short. */
+static inline int gdq_cluster(const gt_job &job, int nt) {
+    int c = 1;
+    for (int i = 0; i < job.count; i++) c = std::max(c, job.S[i]);
+    for (int i = 0; i < job.count; i++)
+        if (c % job.S[i] != 0 || (job.start[i + 1] - job.start[i]) % c != 0) return 0;
+    return c <= GDQ_MAX_CLUSTER && c <= nt && gdq_cluster_on() ? c : 0;
+}
 template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
-    if (gdq_wgmma(n, GT_DQ)) return cu_launch(gemv_dq_kernel<Q, NT>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n, job);
-    return gw_launch<Q, NT, 8, true>(blocks, st, n, job);
+    if (!gdq_wgmma(n, GT_DQ)) return gw_launch<Q, NT, 8, true>(blocks, st, n, job);
+    if (const int c = gdq_cluster(job, NT))
+        return cu_launch_ex(cu_pdl_on(), c, gemv_dq_kernel<Q, NT, true>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n,
+                            job);
+    return cu_launch(gemv_dq_kernel<Q, NT, false>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n, job);
 }
 template <int Q, bool DQ = false>
 static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t smem, cudaStream_t st, const float *x,
