@@ -221,7 +221,8 @@ __device__ __forceinline__ unsigned cu_ticket_take(unsigned *t) {
 
 /* Thread block clusters (sm_90): the barrier of every thread of the cluster (what each wrote to its shared memory
  * before it is visible to the others' reads after), the block's rank in its cluster, the shared address of the
- * same variable in block `rank`'s shared memory, and a load from it. No-ops before sm_90, where no kernel is launched in clusters. */
+ * same variable in block `rank`'s shared memory, and a load from it (not volatile: loads of one finish go out
+ * together; the address comes from cu_cluster_map, itself after the barrier). No-ops before sm_90, where no kernel is launched in clusters. */
 __device__ __forceinline__ void cu_cluster_sync(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
@@ -246,7 +247,7 @@ __device__ __forceinline__ uint32_t cu_cluster_map(uint32_t saddr, int rank) {
 __device__ __forceinline__ float cu_cluster_ld(uint32_t caddr) {
     float v = 0.0f;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(caddr) : "memory");
+    asm("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(caddr)); /* after the barrier: its address is mapa's */
 #else
     (void)caddr;
 #endif

@@ -98,36 +98,30 @@ template <int NT> struct gdq_fin_cfg {
     static constexpr int ROWS = 8 * NT, SUMS = ROWS * GDQ_LD * 4, SQ = SUMS; /* byte offsets in the shared memory */
     static_assert(SUMS + GT_SS_SMEM(ROWS) <= gdq_cfg<NT>::SMEM, "the sums and the squares fit the stages");
 };
-template <int Q, int NT>
-__device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
-                                                   float *__restrict__ ss, int lane, int warp) {
-    typedef gdq_fin_cfg<NT> F;
-    extern __shared__ uint4 gt_smem[];
-    float *sums = (float *)gt_smem, *sq = (float *)((char *)gt_smem + F::SQ);
-    const int g = lane >> 2, t = lane & 3;
-    __syncthreads(); /* every warp is done with the stages */
-    if (P.wact) {
+/* Block s's rows of its tile summed over the S blocks at ranks r0.. (at: the sums' shared address), every load out
+ * before the first add; into y (plus the residual with ss) and, with ss, their squares into sq. */
+template <int Q, int NT, int S>
+__device__ __forceinline__ void gdq_cluster_sum(int n, const gt_place<Q> &P, float *__restrict__ ss,
+                                                float *__restrict__ sq, uint32_t at, int r0) {
+    constexpr int R = 8 * NT / S, ITER = R * GT_OUT / GT_THREADS;
+    static_assert(R * GT_OUT % GT_THREADS == 0, "whole rounds of the block's threads");
+    const int n_out = (int)P.W.n_out;
+    uint32_t src[S];
 #pragma unroll
-        for (int T = 0; T < NT; T++)
+    for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
+    float v[ITER][S];
 #pragma unroll
-            for (int c = 0; c < 4; c++)
-                sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
+    for (int k = 0; k < ITER; k++) {
+        const int i = threadIdx.x + k * GT_THREADS, rl = P.s * R + i / GT_OUT;
+#pragma unroll
+        for (int q = 0; q < S; q++) v[k][q] = cu_cluster_ld(src[q] + (uint32_t)(rl * GDQ_LD + i % GT_OUT) * 4u);
     }
-    cu_cluster_sync();
-    const int S = P.S, R = F::ROWS / S, r0 = cu_cluster_rank() - P.s, n_out = (int)P.W.n_out;
-    uint32_t src[GDQ_MAX_CLUSTER];
 #pragma unroll
-    for (int q = 0; q < GDQ_MAX_CLUSTER; q++) src[q] = q < S ? cu_cluster_map(cu_smem_addr(sums), r0 + q) : 0u;
-    for (int i = threadIdx.x; i < R * GT_OUT; i += GT_THREADS) {
-        const int j = i / GT_OUT, o = i % GT_OUT, rl = P.s * R + j, r = P.row0 + rl, og = P.ob * GT_OUT + o;
-        const uint32_t off = (uint32_t)(rl * GDQ_LD + o) * 4u;
-        float v[GDQ_MAX_CLUSTER];
+    for (int k = 0; k < ITER; k++) {
+        const int i = threadIdx.x + k * GT_THREADS, r = P.row0 + P.s * R + i / GT_OUT, og = P.ob * GT_OUT + i % GT_OUT;
+        float sum = v[k][0];
 #pragma unroll
-        for (int q = 0; q < GDQ_MAX_CLUSTER; q++) v[q] = q < S ? cu_cluster_ld(src[q] + off) : 0.0f;
-        float sum = v[0];
-#pragma unroll
-        for (int q = 1; q < GDQ_MAX_CLUSTER; q++)
-            if (q < S) sum += v[q];
+        for (int q = 1; q < S; q++) sum += v[k][q];
         const bool here = r < n && og < n_out;
         if (here) {
             float *d = P.y + (int64_t)r * n_out + og;
@@ -136,6 +130,30 @@ __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], in
         }
         if (ss) sq[i] = here ? sum * sum : 0.0f;
     }
+}
+template <int Q, int NT>
+__device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
+                                                   float *__restrict__ ss, int lane, int warp) {
+    typedef gdq_fin_cfg<NT> F;
+    extern __shared__ uint4 gt_smem[];
+    float *sums = (float *)gt_smem, *sq = (float *)((char *)gt_smem + F::SQ);
+    const int g = lane >> 2, t = lane & 3;
+    __syncthreads(); /* every warp is done with the stages */
+    /* every warp, past the outputs too: the readers load whole rows (and discard those outputs), never the stages' x */
+#pragma unroll
+    for (int T = 0; T < NT; T++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
+    cu_cluster_sync();
+    const int r0 = cu_cluster_rank() - P.s;
+    const uint32_t at = cu_smem_addr(sums);
+    switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER */
+    case 1: gdq_cluster_sum<Q, NT, 1>(n, P, ss, sq, at, r0); break;
+    case 2: gdq_cluster_sum<Q, NT, 2>(n, P, ss, sq, at, r0); break;
+    case 4: gdq_cluster_sum<Q, NT, 4>(n, P, ss, sq, at, r0); break;
+    default: gdq_cluster_sum<Q, NT, 8>(n, P, ss, sq, at, r0); break;
+    }
+    const int S = P.S, R = F::ROWS / S, n_out = (int)P.W.n_out;
     if (ss) {
         __syncthreads();
         const int64_t parts = (n_out + GT_OUT - 1) / GT_OUT;
