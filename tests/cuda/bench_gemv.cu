@@ -142,17 +142,7 @@ int main(void) {
         bf16x = !strcmp(dp, "bf16") ? 1 : !strcmp(dp, "dequant") ? GT_DQ : 0;
     if (bf16x == GT_DQ && wg_available()) { /* how many of gemv_dq_kernel's clusters fit the GPU at once */
         printf("# gemv_dq_kernel<64, 8> clusters that fit at once (blocks):");
-        for (int c = 2; c <= GDQ_MAX_CLUSTER; c *= 2) {
-            cudaLaunchAttribute at;
-            at.id = cudaLaunchAttributeClusterDimension, at.val.clusterDim.x = (unsigned)c;
-            at.val.clusterDim.y = at.val.clusterDim.z = 1;
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(64 * c), cfg.blockDim = dim3(GT_THREADS), cfg.dynamicSmemBytes = gdq_cfg<8>::SMEM;
-            cfg.attrs = &at, cfg.numAttrs = 1;
-            int k = 0;
-            CK(cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true>, &cfg));
-            printf(" %d of %d (%d)", k, c, k * c);
-        }
+        for (int c = 2; c <= GDQ_MAX_CLUSTER; c *= 2) printf(" %d of %d (%d)", gdq_clusters_fit(c), c, gdq_clusters_fit(c) * c);
         printf("\n");
     }
     if (bf16x) printf("# x rounded to bf16%s (QUILL_DECODE_PRECISION=%s)\n", bf16x == GT_DQ ? ", 4-bit weights too" : "",

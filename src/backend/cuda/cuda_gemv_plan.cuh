@@ -215,9 +215,25 @@ static inline cudaError_t gw_launch(unsigned blocks, cudaStream_t st, int n, con
 /* Dequant mode, many rows (tiles of 8): on wgmma where the build's code for the device has it (x then split in its
  * order), else the wide kernel's DQ form (the same bits). */
 static inline bool gdq_wgmma(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x == GT_DQ && wg_available(); }
+/* How many clusters of c blocks of gemv_dq_kernel (its instance with the most shared memory) fit the device at once;
+ * 0 on an error. */
+static inline int gdq_clusters_fit(int c) {
+    cudaLaunchAttribute at;
+    memset(&at, 0, sizeof at);
+    at.id = cudaLaunchAttributeClusterDimension;
+    at.val.clusterDim.x = (unsigned)c, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.gridDim = dim3(64 * c), cfg.blockDim = dim3(GT_THREADS), cfg.dynamicSmemBytes = gdq_cfg<8>::SMEM;
+    cfg.attrs = &at, cfg.numAttrs = 1;
+    int k = 0;
+    return cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true>, &cfg) == cudaSuccess ? k : 0;
+}
+/* The cluster finish unless QUILL_CUDA_GDQ_CLUSTER=0 or the device cannot place a cluster of GDQ_MAX_CLUSTER. */
 static inline int gdq_cluster_on(void) {
-    static int env = -1;
-    return cu_env_on("QUILL_CUDA_GDQ_CLUSTER", &env);
+    static int env = -1, fits = -1; /* racing first callers compute the same values */
+    if (fits < 0) fits = gdq_clusters_fit(GDQ_MAX_CLUSTER) > 0;
+    return cu_env_on("QUILL_CUDA_GDQ_CLUSTER", &env) && fits;
 }
 /* The cluster size of a job's gemv_dq_kernel launch of nt tiles (its finish in the cluster, gdq_finish_cluster): the
  * largest S, when every weight's blocks come in whole clusters, it is portable, and each block of a cluster sums
