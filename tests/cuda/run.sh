@@ -90,7 +90,7 @@ step "compute-sanitizer memcheck: cuda ops, bf16 decode mode" env QUILL_DECODE_P
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 step "compute-sanitizer racecheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
-# dequant mode's many-row matmul (gemv_dq_kernel): cp.async stages read by wgmma
+# dequant mode's many-row matmul (gemv_dq_kernel): cp.async stages read by wgmma, sums read across a cluster
 step "compute-sanitizer memcheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 step "compute-sanitizer racecheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
