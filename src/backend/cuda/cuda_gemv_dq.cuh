@@ -12,8 +12,7 @@
  * A block is gemv_wide_kernel's: 8 warps (2 warpgroups, 128 outputs), NT tiles of 8 rows (up to 64), one K slice.
  * Its finish sums the slices in a thread block cluster (CL, gdq_finish_cluster) where a tile's blocks fit one
  * (gdq_cluster), else as gemv_wide_kernel does (gt_finish RT = 8: wgmma's accumulators are RT = 8's acc[T][c]
- * layout). x comes split by
- * gemv_split_kernel (RT = 8, WGO) as wgmma's B rows: per unit, the block's rows of 64 bf16 values (128 bytes
+ * layout). x comes split by gemv_split_kernel (RT = 8, WGO) as wgmma's B rows: per unit, the block's rows of 64 bf16 values (128 bytes
  * each), in the MMA's k-slot order (slots 2t, 2t + 1 and 2t + 8, 2t + 9 of k-step j are the words b0 and b1 that
  * lane (row, t)'s fragment holds for j), which the stage loads put in the 128-byte swizzle. */
 #ifndef QUILL_CUDA_GEMV_DQ_CUH

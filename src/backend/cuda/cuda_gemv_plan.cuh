@@ -238,9 +238,9 @@ static inline int gdq_cluster_on(void) {
 /* The cluster size of a job's gemv_dq_kernel launch of nt tiles (its finish in the cluster, gdq_finish_cluster): the
  * largest S, when every weight's blocks come in whole clusters, it is portable, and each block of a cluster sums
  * 8 rows or more (c <= nt); else 0 (gt_finish's tickets). bench_gemv, pipelined us, tickets / cluster: 64 rows
- * 4096x4096 28.5 / 20.5, 12288x4096 42.6 / 35.3, the head 536 / 396; 16 rows 4096x4096 (c = 8) 13.2 / 17.0,
- * 12288x4096 (c = 4) 24.5 / 24.6, the head (c = 2) 296 / 278: a cluster of 8 blocks is placed as a whole, and
- * at 16 rows the last block's sum of the partials is short. */
+ * 4096x4096 28.4 / 19.7-21.6, 12288x4096 42.3 / 32.5, the head 536 / 360; 16 rows 4096x4096 (c = 8) 13.2 / 17.0,
+ * 12288x4096 (c = 4) 24.5 / 24.6, the head (c = 2) 296 / 260: a cluster of 8 blocks is placed as a whole (30 fit,
+ * 240 blocks, where 264 fit alone), and at 16 rows the last block's sum of the partials is short. */
 static inline int gdq_cluster(const gt_job &job, int nt) {
     int c = 1;
     for (int i = 0; i < job.count; i++) c = std::max(c, job.S[i]);
