@@ -152,18 +152,10 @@ __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], in
     case 4: gdq_cluster_sum<Q, NT, 4>(n, P, ss, sq, at, r0); break;
     default: gdq_cluster_sum<Q, NT, 8>(n, P, ss, sq, at, r0); break;
     }
-    const int S = P.S, R = F::ROWS / S, n_out = (int)P.W.n_out;
     if (ss) {
+        const int R = F::ROWS / P.S, first = P.row0 + P.s * R;
         __syncthreads();
-        const int64_t parts = (n_out + GT_OUT - 1) / GT_OUT;
-        for (int j = warp; j < R; j += GT_WARPS) {
-            const int r = P.row0 + P.s * R + j;
-            if (r >= n) break; /* uniform */
-            float q[GT_OUT / 32];
-#pragma unroll
-            for (int c = 0; c < GT_OUT / 32; c++) q[c] = warp_sum(sq[j * GT_OUT + 32 * c + lane]);
-            if (lane == 0) ss[r * parts + P.ob] = (q[0] + q[1]) + (q[2] + q[3]);
-        }
+        gt_store_squares(sq, min(R, n - first), first, (P.W.n_out + GT_OUT - 1) / GT_OUT, P.ob, ss, lane);
     }
     cu_cluster_sync(); /* the other blocks are done reading this one's sums */
 }

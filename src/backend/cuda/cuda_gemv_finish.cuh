@@ -1,0 +1,136 @@
+/* cuda_gemv_finish.cuh: the decode matmul's split-K finish (cuda_gemv.cuh): each K slice's sums written, and the
+ * last block of an (output block, row chunk) to take its ticket adds the slices' partials in slice order; with a
+ * residual (resid_matmul) the sums go into it and its rows' sums of squares are left for the next norm. Included by
+ * cuda_gemv.cuh; gemv_dq_kernel's cluster finish (cuda_gemv_dq.cuh) gives the same bits. */
+#ifndef QUILL_CUDA_GEMV_FINISH_CUH
+#define QUILL_CUDA_GEMV_FINISH_CUH
+
+/* The first S <= SMAX of an output's partials, every load out first, then added in slice order. gt_finish's
+ * SUM_BY_S takes one template per S for S = 2, 4, 8 (gemv_tc_split's are powers of two; any other S takes the
+ * predicated GT_MAX_SPLIT form): that loop over 16 predicated slices cost the many-row finish ~110 instructions
+ * an output (ncu, session 13). */
+template <int SMAX>
+__device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int64_t stride, int S = SMAX) {
+    float v[SMAX];
+#pragma unroll
+    for (int q = 0; q < SMAX; q++) v[q] = q < S ? __ldcg(p + q * stride) : 0.0f;
+    float sum = v[0];
+#pragma unroll
+    for (int q = 1; q < SMAX; q++)
+        if (q < S) sum += v[q];
+    return sum;
+}
+
+/* ss[r][ob] of a block's rows row_first .. row_first + rows - 1 (none when rows <= 0), their squares in sq
+ * (GT_OUT a row): each quarter of a row through warp_sum and the quarters added as (q0 + q1) + (q2 + q3), the
+ * same whatever the row count or the finish (gt_finish, gemv_dq_kernel's cluster). */
+__device__ __forceinline__ void gt_store_squares(const float *sq, int rows, int row_first, int64_t parts, int64_t ob,
+                                                 float *__restrict__ ss, int lane) {
+    for (int j = threadIdx.x >> 5; j < rows; j += GT_WARPS) {
+        float q[GT_OUT / 32];
+#pragma unroll
+        for (int c = 0; c < GT_OUT / 32; c++) q[c] = warp_sum(sq[j * GT_OUT + 32 * c + lane]);
+        if (lane == 0) ss[(row_first + j) * parts + ob] = (q[0] + q[1]) + (q[2] + q[3]);
+    }
+}
+
+#ifndef GT_TICKET_ACQREL
+#define GT_TICKET_ACQREL 1
+#endif
+/* Writes the slice's sums and, with S > 1, the last block of (output block, row chunk) to arrive
+ * sums the S partials in the order s = 0..S-1 and resets the ticket. With ss (op resid_matmul) y is the
+ * residual: the sums are added to it (y = y + sum, as add_rmsnorm adds), and the block that writes them
+ * (the last, or with S = 1 each, reading its values back) leaves ss[r][ob], the sum of squares of row r's
+ * QNORM_PART new values: the squares go to the dynamic shared memory (the main loop is done with it: every
+ * path passes a barrier first; the launch sizes it, GT_SS_SMEM), then each quarter of a row through warp_sum
+ * and the quarters added as (q0 + q1) + (q2 + q3), the same whatever the row count. (A warp_sum per row inside
+ * the partials' loop cost the 64-row producers ~4 us a call, session 12.) */
+static_assert(GT_OUT == QNORM_PART, "a block's outputs are one part of the residual's sums of squares");
+#define GT_SS_SMEM(rows) ((size_t)GT_OUT * (rows) * sizeof(float)) /* the squares of a block's rows */
+template <int Q, int NT, bool SUM_BY_S, int RT = 4, bool DQ = false>
+__device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
+                                          float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
+                                          int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last,
+                                          float *__restrict__ ss) {
+    extern __shared__ uint4 gt_smem[];
+    float *sq = (float *)gt_smem; /* ss: [row - row0][GT_OUT] */
+    float *dst = S > 1 ? part + (int64_t)s * n * W.n_out : y;
+    const bool add = ss && S == 1; /* one slice: its sums go straight into the residual */
+    const int g = lane >> 2, t = lane & 3;
+    if (wact && RT == 8) { /* acc[T] = {og, og, og8, og8} x rows {8T + 2t, 8T + 2t + 1} (gt_unit) */
+#pragma unroll
+        for (int T = 0; T < NT; T++) {
+            if (T >= nt) break;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int r = row0 + 8 * T + 2 * t + (c & 1);
+                const int64_t o = o0 + g + (c >> 1) * 8;
+                float *d = dst + (int64_t)r * W.n_out + o;
+                if (r < n && o < W.n_out) d[0] = add ? d[0] + acc[T][c] : acc[T][c];
+            }
+        }
+    } else if (wact) {
+#pragma unroll
+        for (int T = 0; T < NT; T++) {
+            if (T >= nt) break;
+            const int r = row0 + 4 * T + t;
+            const bool fold = Q && !DQ; /* a folded unit's sums, else a chain's hi + lo columns */
+            const float v0 = fold ? acc[T][0] : acc[T][0] + acc[T][1], v1 = fold ? acc[T][1] : acc[T][2] + acc[T][3];
+            float *d = dst + (int64_t)r * W.n_out + o0 + g;
+            if (r < n) {
+                if (o0 + g < W.n_out) d[0] = add ? d[0] + v0 : v0;
+                if (o0 + g + 8 < W.n_out) d[8] = add ? d[8] + v1 : v1;
+            }
+        }
+    }
+    if (S == 1) {
+        if (!ss) return;
+        __syncthreads(); /* the block's new values are written (read back below) and the shared memory is free */
+    } else {
+        /* One ordering point, in the thread that takes the ticket: the barrier orders every thread's partial
+         * before it and release is cumulative (PTX memory model), so the block's partials are visible before
+         * its ticket; acquire orders the last block's reads (after the second barrier) after everyone's
+         * partials. GT_TICKET_ACQREL 0: a sequentially consistent fence on each side instead (MEMBAR.SC.GPU;
+         * a fence in every thread was 9 % of a small matmul's samples, ncu). */
+        __syncthreads();
+        if (threadIdx.x == 0) {
+#if GT_TICKET_ACQREL
+            *last = cu_ticket_take(tick + bx) == (unsigned)(S - 1);
+#else
+            __threadfence();
+            *last = atomicAdd(&tick[bx], 1u) == (unsigned)(S - 1);
+            __threadfence();
+#endif
+        }
+        __syncthreads();
+        if (!*last) return;
+        if (threadIdx.x == 0) tick[bx] = 0; /* ready for the next call */
+    }
+    const int rows_here = min(RT * NT, n - row0);
+    for (int i = threadIdx.x; i < GT_OUT * rows_here; i += GT_THREADS) {
+        const int64_t o = ob * GT_OUT + (i % GT_OUT), r = row0 + i / GT_OUT;
+        float v = 0.0f;
+        if (o < W.n_out) {
+            const int64_t idx = r * W.n_out + o, stride = (int64_t)n * W.n_out;
+            if (S == 1) {
+                v = y[idx];
+            } else {
+                const float res = ss ? y[idx] : 0.0f;
+                const float *pp = part + idx;
+                if (SUM_BY_S) /* many rows, 4-bit one row; the bf16 one-row kernels keep the loop (head +8 % else) */
+                    v = S == 2 ? gt_sum_slices<2>(pp, stride) : S == 4 ? gt_sum_slices<4>(pp, stride)
+                        : S == 8 ? gt_sum_slices<8>(pp, stride) : gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
+                else
+                    v = gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
+                if (ss) v = res + v;
+                y[idx] = v;
+            }
+        }
+        if (ss) sq[i] = v * v;
+    }
+    if (!ss) return;
+    __syncthreads();
+    gt_store_squares(sq, rows_here, row0, (W.n_out + GT_OUT - 1) / GT_OUT, ob, ss, lane);
+}
+
+#endif
