@@ -142,7 +142,10 @@ int main(void) {
         bf16x = !strcmp(dp, "bf16") ? 1 : !strcmp(dp, "dequant") ? GT_DQ : 0;
     if (bf16x == GT_DQ && wg_available()) { /* how many of gemv_dq_kernel's clusters fit the GPU at once */
         printf("# gemv_dq_kernel<64, 8> clusters that fit at once (blocks):");
-        for (int c = 2; c <= GDQ_MAX_CLUSTER; c *= 2) printf(" %d of %d (%d)", gdq_clusters_fit(c), c, gdq_clusters_fit(c) * c);
+        for (int c = 2; c <= GDQ_MAX_CLUSTER; c *= 2) {
+            const int k = gdq_clusters_fit(c);
+            printf(" %d of %d (%d)", k, c, k * c);
+        }
         printf("\n");
     }
     if (bf16x) printf("# x rounded to bf16%s (QUILL_DECODE_PRECISION=%s)\n", bf16x == GT_DQ ? ", 4-bit weights too" : "",

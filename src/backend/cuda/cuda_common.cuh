@@ -171,12 +171,10 @@ static inline int cu_pdl_on(void) {
     return on;
 }
 
-/* kernel<<<grid, block, smem, st>>>(args...) in clusters of `cluster` blocks along x (1: none), with programmatic
- * dependent launch when pdl; returns the launch error. */
-template <typename... P, typename... A>
-static inline cudaError_t cu_launch_ex(bool pdl, int cluster, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                                       cudaStream_t st, A &&...args) {
-    cudaLaunchAttribute at[2];
+/* The launch configuration of grid x block with smem bytes on st, in clusters of `cluster` blocks along x (1: none)
+ * and with programmatic dependent launch when pdl; its attributes go in at. */
+static inline cudaLaunchConfig_t cu_launch_config(cudaLaunchAttribute (&at)[2], bool pdl, int cluster, dim3 grid,
+                                                  dim3 block, size_t smem, cudaStream_t st) {
     memset(at, 0, sizeof at);
     int k = 0;
     if (pdl) {
@@ -191,6 +189,14 @@ static inline cudaError_t cu_launch_ex(bool pdl, int cluster, void (*kernel)(P..
     memset(&cfg, 0, sizeof cfg);
     cfg.gridDim = grid, cfg.blockDim = block, cfg.dynamicSmemBytes = smem, cfg.stream = st;
     cfg.attrs = at, cfg.numAttrs = (unsigned)k;
+    return cfg;
+}
+/* kernel<<<grid, block, smem, st>>>(args...) as cu_launch_config sets it; returns the launch error. */
+template <typename... P, typename... A>
+static inline cudaError_t cu_launch_ex(bool pdl, int cluster, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                                       cudaStream_t st, A &&...args) {
+    cudaLaunchAttribute at[2];
+    const cudaLaunchConfig_t cfg = cu_launch_config(at, pdl, cluster, grid, block, smem, st);
     return cudaLaunchKernelEx(&cfg, kernel, static_cast<A &&>(args)...);
 }
 /* The same without clusters. */

@@ -218,14 +218,8 @@ static inline bool gdq_wgmma(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x
 /* How many clusters of c blocks of gemv_dq_kernel (its instance with the most shared memory) fit the device at once;
  * 0 on an error. */
 static inline int gdq_clusters_fit(int c) {
-    cudaLaunchAttribute at;
-    memset(&at, 0, sizeof at);
-    at.id = cudaLaunchAttributeClusterDimension;
-    at.val.clusterDim.x = (unsigned)c, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
-    cudaLaunchConfig_t cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.gridDim = dim3(64 * c), cfg.blockDim = dim3(GT_THREADS), cfg.dynamicSmemBytes = gdq_cfg<8>::SMEM;
-    cfg.attrs = &at, cfg.numAttrs = 1;
+    cudaLaunchAttribute at[2];
+    const cudaLaunchConfig_t cfg = cu_launch_config(at, false, c, dim3(64 * c), dim3(GT_THREADS), gdq_cfg<8>::SMEM, 0);
     int k = 0;
     return cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true>, &cfg) == cudaSuccess ? k : 0;
 }
