@@ -19,16 +19,38 @@ static inline size_t gemv_tc_tile_unit_bytes(int kind, int rt = 4) {
     return kind ? (size_t)gt_cfg<64>::SXU * 16 + (size_t)rt * sizeof(float) : (size_t)gt_cfg<0>::SXU * 16;
 }
 
-/* K slices: a function of the weight's shape only. Enough blocks to fill the GPU about twice
- * (GT_BLOCKS), each slice at least GT_MIN_SLICE units, and always few enough units per slice that
+/* bf16x, the decode precision (cu_decode_precision): 0 split, 1 bf16 x, GT_DQ bf16 x and 4-bit weights dequantized
+ * before their MMAs (cuda_gemv.cuh's DQ; bf16 weights compute as in bf16). */
+#define GT_DQ 2
+/* Units a 4-bit weight's slice keeps at least in dequant mode, where the many-row kernel (gemv_dq_kernel) is what the
+ * mode is for: fewer, longer slices, so a launch's clusters fit one wave (a 4096x4096 weight: 4 slices of 16 units,
+ * 128 blocks in clusters of 4, where 8 slices of 8 took 256 blocks in clusters of 8, 240 of which fit at once). The
+ * one-row kernels of the mode take the same slices (EXACT(batch)). QUILL_CUDA_DQ_MIN_SLICE overrides it (an A/B in
+ * one build; the bits change with it). Read once. */
+#ifndef GT_MIN_SLICE_DQ
+#define GT_MIN_SLICE_DQ 16
+#endif
+static inline int gt_min_slice(int kind) {
+    static int dq = -1; /* racing first callers compute the same values */
+    if (dq < 0) { /* 0: not dequant mode (a bad QUILL_DECODE_PRECISION fails where the matmul reads it) */
+        const char *m = getenv("QUILL_DECODE_PRECISION"), *e = getenv("QUILL_CUDA_DQ_MIN_SLICE");
+        const int v = e ? atoi(e) : 0;
+        dq = !m || strcmp(m, "dequant") ? 0 : v >= 1 && v <= 1024 ? v : GT_MIN_SLICE_DQ;
+    }
+    return kind && dq ? dq : GT_MIN_SLICE;
+}
+
+/* K slices: a function of the weight's shape (and the decode precision) only. Enough blocks to fill the GPU about
+ * twice (GT_BLOCKS), each slice at least gt_min_slice units, and always few enough units per slice that
  * GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
 static inline int gemv_tc_split(const qweight *W, int kind) {
     const int64_t U = W->n_in / gemv_tc_unit_k(kind), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
     const size_t tub = gemv_tc_tile_unit_bytes(kind);
     const int64_t aim = kind ? GT_BLOCKS_Q4 : GT_BLOCKS, fit = kind ? GT_FIT_TILES_Q4 : GT_FIT_TILES_BF16;
+    const int min_slice = gt_min_slice(kind);
     int S = 1;
     while (S < GT_MAX_SPLIT &&
-           ((size_t)((U + S - 1) / S) * tub * fit > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= GT_MIN_SLICE)))
+           ((size_t)((U + S - 1) / S) * tub * fit > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= min_slice)))
         S *= 2;
     return S;
 }
@@ -53,9 +75,6 @@ static inline size_t gemv_tc_part_floats(const qweight *W, int n) {
     const int S = gemv_tc_split(W, gemv_tc_kind(W));
     return S > 1 ? (size_t)S * (size_t)n * (size_t)W->n_out : 0;
 }
-/* bf16x, the decode precision (cu_decode_precision): 0 split, 1 bf16 x, GT_DQ bf16 x and 4-bit weights dequantized
- * before their MMAs (cuda_gemv.cuh's DQ; bf16 weights compute as in bf16). */
-#define GT_DQ 2
 /* Rows per tile of a launch on n rows: 8 in the many-row kernel with bf16 x (bf16x: QUILL_DECODE_PRECISION=bf16,
  * cuda_gemv.cuh), else 4 (a row's hi and lo columns; with bf16 x, lo = 0). */
 static inline int gemv_tc_tile_rows(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x ? 8 : 4; }
@@ -231,16 +250,20 @@ static inline int gdq_cluster_on(void) {
 }
 /* The cluster size of a job's gemv_dq_kernel launch of nt tiles (its finish in the cluster, gdq_finish_cluster): the
  * largest S, when every weight's blocks come in whole clusters, it is portable, and each block of a cluster sums
- * 8 rows or more (c <= nt); else 0 (gt_finish's tickets). bench_gemv, pipelined us, tickets / cluster: 64 rows
- * 4096x4096 28.4 / 19.7-21.6, 12288x4096 42.3 / 32.5, the head 536 / 360; 16 rows 4096x4096 (c = 8) 13.2 / 17.0,
- * 12288x4096 (c = 4) 24.5 / 24.6, the head (c = 2) 296 / 260: a cluster of 8 blocks is placed as a whole (30 fit,
- * 240 blocks, where 264 fit alone), and at 16 rows the last block's sum of the partials is short. */
+ * 8 rows or more (c <= nt) or the cluster is small enough that the device places about as many blocks in such
+ * clusters as alone (c <= GDQ_WAVE_CLUSTER); else 0 (gt_finish's tickets). bench_gemv, pipelined us, tickets /
+ * cluster: 64 rows 4096x4096 28.4 / 19.7-21.6, 12288x4096 42.3 / 32.5, the head 536 / 360; 16 rows 4096x4096
+ * (c = 8) 13.2 / 17.0, 4096x12288 (c = 8) 22.9 / 26.6, the head (c = 2) 296 / 260; 16 rows, dequant mode's
+ * slices of 16 units: 4096x4096 (c = 4) 13.4 / 12.8, 12288x4096 (c = 4) 24.2 / 23.6. A cluster of 8 blocks is
+ * placed as a whole (30 fit, 240 blocks, where 264 fit alone; 62 of 4: 248), and at 16 rows the last block's sum
+ * of the partials is short. */
+#define GDQ_WAVE_CLUSTER 4
 static inline int gdq_cluster(const gt_job &job, int nt) {
     int c = 1;
     for (int i = 0; i < job.count; i++) c = std::max(c, job.S[i]);
     for (int i = 0; i < job.count; i++)
         if (c % job.S[i] != 0 || (job.start[i + 1] - job.start[i]) % c != 0) return 0;
-    return c <= GDQ_MAX_CLUSTER && c <= nt && gdq_cluster_on() ? c : 0;
+    return c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER) && gdq_cluster_on() ? c : 0;
 }
 template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
     if (!gdq_wgmma(n, GT_DQ)) return gw_launch<Q, NT, 8, true>(blocks, st, n, job);
