@@ -260,7 +260,7 @@ static void test_norms_and_elementwise(void) {
 /* glu_matmul (the decode matmul with its input gated while it is staged) against the gate op then matmul on
  * the GPU, bitwise: the MLP's swiglu (4-bit and bf16 weights), the attention's output gate (gates strided
  * in [query | gate], 4-bit) and the GDN's gated norm (gated_rmsnorm: heads of 128, 4-bit and bf16 with the
- * 9B's out_proj K, slices of 8 units), at 1, 5 (x split once) and 37 rows (the wide kernel); and f32 weights,
+ * 9B's out_proj K, slices of 8 units), at 1, 5 (x split once), 16 and 37 rows (the wide kernel); and f32 weights,
  * whose matmul cannot take the gate (the op gates x in place first). x is restored before each call (the
  * fallback overwrites it). */
 static void test_glu_matmul(void) {
@@ -272,7 +272,7 @@ static void test_glu_matmul(void) {
         {QW_AFFINE, 4096, 4096, 128, 128, QGLU_SILU, 1, "gated norm 4b"},
         {QW_BF16, 300, 4096, 128, 128, QGLU_SILU, 1, "gated norm bf16"},
         {QW_F32, 96, 384, 128, 128, QGLU_SILU, 1, "gated norm f32 (fallback)"}};
-    const int ns[3] = {1, 5, 37};
+    const int ns[4] = {1, 5, 16, 37};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int rows = 37, n_in = cases[k].n_in, n_out = cases[k].n_out;
         const int64_t n_vec = (int64_t)rows * (n_in / cases[k].dim);
@@ -282,7 +282,7 @@ static void test_glu_matmul(void) {
         buf y = mk((size_t)rows * n_out * 4, NULL), y1 = mk(y.bytes, NULL), nw = mk_rand(cases[k].dim, 1.0f);
         const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act, cases[k].norm ? nw.g : NULL, 1e-6f};
         int same = 1;
-        for (int q = 0; q < 3; q++) {
+        for (int q = 0; q < 4; q++) {
             OK(gpu->ops->copy(gpu, x1.g, x.g, x.bytes));
             OK(gpu->ops->glu_matmul(gpu, x1.g, &glu, ns[q], &W.g, y.g));
             OK(gpu->ops->copy(gpu, x1.g, x.g, x.bytes));
@@ -299,7 +299,7 @@ static void test_glu_matmul(void) {
             free(a); free(b);
         }
         char nm[96];
-        snprintf(nm, sizeof nm, "glu_matmul %s == gate + matmul (gpu, 1/5/37 rows)", cases[k].name);
+        snprintf(nm, sizeof nm, "glu_matmul %s == gate + matmul (gpu, 1/5/16/37 rows)", cases[k].name);
         expect_flag(nm, same);
         rm(x); rm(x1); rm(g); rm(y); rm(y1); rm(nw); rm_weight(W);
     }
@@ -310,14 +310,15 @@ static void test_glu_matmul(void) {
  * the CPU's rmsnorm and matmul: 4-bit g64 with the 9B's shapes (the producer gated as the attention's output,
  * the consumers gate + up: the lean kernel at one row), bf16 / 4-bit sets whose last part holds 64 outputs, and
  * a producer of one K slice (the test models' shapes); 37 rows (the many-row kernels). Then EXACT(batch): the
- * first 1 and 5 rows alone give the bits they give among 37 (the one-row, staged and split-once kernels). */
+ * first 1, 5 and 16 rows alone give the bits they give among 37 (the one-row, staged and split-once kernels, and the
+ * many-row kernels' tiles of 2). */
 static void test_residual_boundary(void) {
     struct { qwfmt f; int H, K, dim, stride; qglu_act act; int count, c_out[3]; const char *name; } cases[] = {
         {QW_AFFINE, 4096, 4096, 256, 512, QGLU_SIGMOID, 2, {12288, 12288, 0}, "4b 9B"},
         {QW_BF16, 1088, 1024, 0, 0, QGLU_SILU, 2, {520, 96, 0}, "bf16"},
         {QW_AFFINE, 1088, 2048, 2048, 2048, QGLU_SILU, 3, {300, 32, 1088}, "4b swiglu"},
         {QW_AFFINE, 128, 256, 256, 256, QGLU_SILU, 2, {256, 96, 0}, "4b one slice"}};
-    const int ns[3] = {1, 5, 37}, rows = 37;
+    const int ns[4] = {1, 5, 16, 37}, rows = 37; /* 16: the many-row kernels' tiles of 2 (dequant: clusters of 4) */
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const int H = cases[k].H, K = cases[k].K, count = cases[k].count, parts = (H + QNORM_PART - 1) / QNORM_PART;
         const int bits = cases[k].f == QW_AFFINE ? 4 : 0;
@@ -356,7 +357,7 @@ static void test_residual_boundary(void) {
         for (int i = 0; i < 3; i++) most = y_bytes[i] > most ? y_bytes[i] : most;
         void *got = malloc(most);
         int same = 1;
-        for (int q = 2; q >= 0; q--) {
+        for (int q = 3; q >= 0; q--) {
             OK(gpu->ops->copy(gpu, x.g, x0.g, x.bytes));
             OK(gpu->ops->copy(gpu, xin1.g, xin.g, xin.bytes));
             OK(gpu->ops->resid_matmul(gpu, xin1.g, gated ? &glu : NULL, ns[q], &W.g, x.g, ss.g));
@@ -367,8 +368,8 @@ static void test_residual_boundary(void) {
             for (int j = 0; j < 5; j++) {
                 if (!dev[j]) continue;
                 const size_t bytes = per_row[j] * ns[q];
-                OK(gpu->ops->download(gpu, q == 2 ? ref[j] : got, dev[j], bytes));
-                if (q < 2) same &= memcmp(ref[j], got, bytes) == 0;
+                OK(gpu->ops->download(gpu, q == 3 ? ref[j] : got, dev[j], bytes));
+                if (q < 3) same &= memcmp(ref[j], got, bytes) == 0;
             }
         }
         char nm_[96];
@@ -394,7 +395,7 @@ static void test_residual_boundary(void) {
             snprintf(nm_, sizeof nm_, "norm_matmul_multi %s: weight %d vs cpu", cases[k].name, i);
             expect_close(nm_, y[i], decode_tol());
         }
-        snprintf(nm_, sizeof nm_, "resid + norm %s: 1/5 rows == in 37", cases[k].name);
+        snprintf(nm_, sizeof nm_, "resid + norm %s: 1/5/16 rows == in 37", cases[k].name);
         expect_flag(nm_, same);
         for (int j = 0; j < 5; j++) free(ref[j]);
         free(got);
