@@ -41,10 +41,10 @@ qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_
 /* Copies `bytes` of host data to device memory valid for ops issued before the next synchronisation.
  * Returns the device address in *dev. */
 qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev);
-/* A precision variable `name`, read and checked once into *cached (-1 unread, 0 split, 1 bf16, 2 dequant, 3 bad;
- * racing readers store the same value): *mode = 1 for "bf16", 2 for "dequant" where `dequant` allows it, 0 for
- * "split" or unset; any other value fails, naming it. */
-static inline qstatus cu_precision_mode(const char *name, int *cached, const char **bad, int dequant, int *mode) {
+/* A precision variable `name`, read once into *cached (-1 unread, 0 split, 1 bf16, 2 dequant, 3 bad; racing readers
+ * store the same value) and returned: 1 for "bf16", 2 for "dequant" where `dequant` allows it, 0 for "split" or
+ * unset, 3 for anything else (*bad: the value read). */
+static inline int cu_precision_code(const char *name, int *cached, const char **bad, int dequant) {
     if (*cached < 0) {
         const char *p = getenv(name);
         *bad = p;
@@ -53,7 +53,11 @@ static inline qstatus cu_precision_mode(const char *name, int *cached, const cha
                   : dequant && !strcmp(p, "dequant") ? 2
                                                     : 3;
     }
-    if (*cached == 3)
+    return *cached;
+}
+/* The same as *mode; a bad value fails, naming it. */
+static inline qstatus cu_precision_mode(const char *name, int *cached, const char **bad, int dequant, int *mode) {
+    if (cu_precision_code(name, cached, bad, dequant) == 3)
         return q_fail(Q_EINVAL, "%s=%s: expected split, bf16%s", name, *bad, dequant ? " or dequant" : "");
     *mode = *cached;
     return Q_OK;

@@ -31,13 +31,15 @@ static inline size_t gemv_tc_tile_unit_bytes(int kind, int rt = 4) {
 #define GT_MIN_SLICE_DQ 16
 #endif
 static inline int gt_min_slice(int kind) {
-    static int dq = -1; /* racing first callers compute the same values */
-    if (dq < 0) { /* 0: not dequant mode (a bad QUILL_DECODE_PRECISION fails where the matmul reads it) */
-        const char *m = getenv("QUILL_DECODE_PRECISION"), *e = getenv("QUILL_CUDA_DQ_MIN_SLICE");
+    static int mode = -1, dq = -1; /* racing first callers compute the same values */
+    static const char *bad;
+    if (dq < 0) {
+        const char *e = getenv("QUILL_CUDA_DQ_MIN_SLICE");
         const int v = e ? atoi(e) : 0;
-        dq = !m || strcmp(m, "dequant") ? 0 : v >= 1 && v <= 1024 ? v : GT_MIN_SLICE_DQ;
+        dq = v >= 1 && v <= 1024 ? v : GT_MIN_SLICE_DQ;
     }
-    return kind && dq ? dq : GT_MIN_SLICE;
+    /* the mode's code: a bad value fails where the matmul reads it (cu_decode_precision) */
+    return kind && cu_precision_code("QUILL_DECODE_PRECISION", &mode, &bad, 1) == GT_DQ ? dq : GT_MIN_SLICE;
 }
 
 /* K slices: a function of the weight's shape (and the decode precision) only. Enough blocks to fill the GPU about
