@@ -56,6 +56,11 @@ typedef struct qgdn_dims {
     int n_v_heads;  /* linear_num_value_heads, Hv; a multiple of Hk; v head h uses k head h / (Hv/Hk) */
     int k_dim;      /* linear_key_head_dim, dk */
     int v_dim;      /* linear_value_head_dim, dv */
+    /* 0: S holds f32 values. 1: S holds bf16 values (uint16_t, through the same pointers), computed in f32 and
+     * rounded to bf16 wherever the state could be stored: after every token of the recurrent rule and after every
+     * 64-aligned chunk of the chunked rule. So k rows in one pass equal k passes, and a prompt cut at multiples of
+     * 64 gives the same bits (EXACT(draft), EXACT(chunk)), as with f32. (SGLang's --mamba-ssm-dtype bfloat16.) */
+    int state_bf16;
 } qgdn_dims;
 
 typedef struct qbackend qbackend;
@@ -196,7 +201,7 @@ typedef struct qbackend_ops {
     qstatus (*conv1d_silu_gates)(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
                                  const float *w, int channels, int kernel, float *y, const qgdn_gates *gates);
 
-    /* The gated delta rule per seq, fp32 state S[s]: [Hv][dk][dv] (S[h][i][j]).
+    /* The gated delta rule per seq, state S[s]: [Hv][dk][dv] (S[h][i][j]), f32 or bf16 (dims.state_bf16).
      * qkv: [n][2*Hk*dk + Hv*dv] after conv+SiLU (q heads, then k heads, then v heads). The op
      * L2-normalises q and k per head (x * rsqrt(sum x^2 + 1e-6)) and scales q by dk^-0.5.
      * out: [n][Hv][dv]. seq.chunked picks the chunked rule (chunks of 64 aligned to absolute

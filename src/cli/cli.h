@@ -27,5 +27,8 @@ int cli_parse_float(const char *s, double *out);
 /* --kv-type: "bf16" (the commands' default), "f32" (K/V caches at twice the bytes) or "q8" (8-bit codes and
  * a scale per head: about half the bytes); sets *type (QKV_*), returns 0 on success. */
 int cli_parse_kv_type(const char *s, int *type);
+/* --gdn-state-type: "f32" (the default, the models' mamba_ssm_dtype) or "bf16" (half the bytes and the state
+ * traffic of a decode step, each value rounded as it is stored); sets *type (QSTATE_*), returns 0 on success. */
+int cli_parse_gdn_state_type(const char *s, int *type);
 
 #endif

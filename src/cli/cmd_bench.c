@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "format/safetensors.h"
 #ifdef QUILL_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
 #endif
@@ -113,7 +114,10 @@ static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
     const qwfmt fmt = qwen35_kv_fmt(c);
     const size_t row = (size_t)qwen35_kv_row_bytes(c), kv_bytes = (size_t)ctx * row;
     void *rows = kv_bytes ? malloc(kv_bytes) : NULL; /* the rows as the cache holds them */
-    if (kv_bytes && !rows) {
+    uint16_t *sb = c->gdn_state_type == QSTATE_BF16 ? malloc(S * sizeof *sb) : NULL; /* a bf16 state's values */
+    if ((kv_bytes && !rows) || (c->gdn_state_type == QSTATE_BF16 && !sb)) {
+        free(rows);
+        free(sb);
         free(r);
         return q_fail(Q_ENOMEM, "bench: out of memory");
     }
@@ -126,12 +130,18 @@ static qstatus fill_context(qwen35_model *m, qwen35_state *st, int ctx) {
             if (kv && rc == Q_OK) rc = m->be->ops->upload(m->be, st->v_cache[l], rows, kv_bytes);
         } else {
             for (size_t i = 0; i < S; i++) r[i] *= 0.01f;
-            rc = m->be->ops->upload(m->be, st->S[l], r, S * sizeof(float));
+            if (sb) { /* the state as the stream holds it */
+                for (size_t i = 0; i < S; i++) sb[i] = st_f32_to_bf16(r[i]);
+                rc = m->be->ops->upload(m->be, st->S[l], sb, S * sizeof *sb);
+            } else {
+                rc = m->be->ops->upload(m->be, st->S[l], r, S * sizeof(float));
+            }
             for (size_t i = 0; i < S; i++) r[i] *= 100.0f;
         }
     }
     free(r);
     free(rows);
+    free(sb);
     st->n_past = ctx;
     return rc;
 }
@@ -232,13 +242,14 @@ int cmd_bench(int argc, char **argv) {
     const char *model_arg = NULL, *backend = NULL;
     int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
     int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_type = QKV_BF16;
-    int stream_ctx = 512;
+    int stream_ctx = 512, state_type = QSTATE_F32;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             printf("usage: quill bench [MODEL_DIR] [--prefill 512,4096,16384] [--contexts 0,8192,32768]\n"
                    "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
                    "                   [--kv-type bf16|f32|q8] [--stream-context 512]  (the streams' context)\n"
+                   "                   [--gdn-state-type f32|bf16]\n"
                    "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
                    "                                        K/V whole vs growing in 1024-row steps)\n"
                    "                   [--profile]         (CUDA: per-op GPU time after each figure;\n"
@@ -258,6 +269,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--steps") && !cli_parse_int(v, 1, 64, &iv)) steps = (int)iv;
         else if (!strcmp(a, "--grow-prefill") && !cli_parse_int(v, 1, 1 << 24, &iv)) grow_prefill = (int)iv;
         else if (!strcmp(a, "--kv-type") && !cli_parse_kv_type(v, &kv_type)) {}
+        else if (!strcmp(a, "--gdn-state-type") && !cli_parse_gdn_state_type(v, &state_type)) {}
         else if (!strcmp(a, "--stream-context") && !cli_parse_int(v, 0, 1 << 22, &iv)) stream_ctx = (int)iv;
         else { fprintf(stderr, "quill bench: bad option %s %s\n", a, v); return 2; }
         if (n_pre < 0 || n_ctx < 0 || n_streams < 0) { fprintf(stderr, "quill bench: bad list '%s'\n", v); return 2; }
@@ -272,6 +284,7 @@ int cmd_bench(int argc, char **argv) {
         return 1;
     }
     m->cfg.kv_type = kv_type;
+    m->cfg.gdn_state_type = state_type;
 #ifdef QUILL_HAVE_CUDA
     if (g_profile && cuda_profile_enable(be) != Q_OK) {
         fprintf(stderr, "quill bench: %s\n", q_lasterr());
@@ -280,8 +293,9 @@ int cmd_bench(int argc, char **argv) {
 #endif
     double bw = copy_bandwidth(be);
     int64_t wb = decode_weight_bytes(m);
-    printf("model %s, backend %s, K/V %s, weights %.2f GB held, %.3f GB read per decode step\n", dir, be->ops->name,
-           qwen35_kv_type_name(&m->cfg), m->w.n_bytes / 1e9, wb / 1e9);
+    printf("model %s, backend %s, K/V %s, GDN state %s, weights %.2f GB held, %.3f GB read per decode step\n", dir,
+           be->ops->name, qwen35_kv_type_name(&m->cfg), qwen35_gdn_state_type_name(&m->cfg), m->w.n_bytes / 1e9,
+           wb / 1e9);
     printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n", bw / 1e9,
            bw > 0 ? bw / (double)wb : 0.0);
     if (!strcmp(be->ops->name, "cuda")) { /* the activation precisions the figures were taken in (README) */

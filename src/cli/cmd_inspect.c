@@ -38,11 +38,12 @@ int cmd_inspect(int argc, char **argv) {
     long long ctx = 0, parallel = 1;
     double pc_gib = 0, reserve_gib = -1;
     const char *backend = NULL;
-    int kv_type = QKV_BF16;
+    int kv_type = QKV_BF16, state_type = QSTATE_F32;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             printf("usage: quill inspect [MODEL_DIR] [--context C] [--parallel N] [--prompt-cache-gib G]\n"
-                   "                     [--memory-reserve-gib R] [--backend cpu|cuda] [--kv-type bf16|f32|q8]\n");
+                   "                     [--memory-reserve-gib R] [--backend cpu|cuda] [--kv-type bf16|f32|q8]\n"
+                   "                     [--gdn-state-type f32|bf16]\n");
             return 0;
         } else if (!strcmp(argv[i], "--prompt-cache-gib") && i + 1 < argc) {
             if (cli_parse_float(argv[++i], &pc_gib) || pc_gib < 0) { fprintf(stderr, "quill inspect: bad --prompt-cache-gib\n"); return 2; }
@@ -53,6 +54,8 @@ int cmd_inspect(int argc, char **argv) {
             if (strcmp(backend, "cpu") && strcmp(backend, "cuda")) { fprintf(stderr, "quill inspect: bad --backend\n"); return 2; }
         } else if (!strcmp(argv[i], "--kv-type") && i + 1 < argc) {
             if (cli_parse_kv_type(argv[++i], &kv_type)) { fprintf(stderr, "quill inspect: bad --kv-type\n"); return 2; }
+        } else if (!strcmp(argv[i], "--gdn-state-type") && i + 1 < argc) {
+            if (cli_parse_gdn_state_type(argv[++i], &state_type)) { fprintf(stderr, "quill inspect: bad --gdn-state-type\n"); return 2; }
         } else if (!strcmp(argv[i], "--context") && i + 1 < argc) {
             if (cli_parse_int(argv[++i], 1, 1 << 24, &ctx)) { fprintf(stderr, "quill inspect: bad --context\n"); return 2; }
         } else if (!strcmp(argv[i], "--parallel") && i + 1 < argc) {
@@ -64,6 +67,7 @@ int cmd_inspect(int argc, char **argv) {
     qwen35_config cfg;
     if (qwen35_config_load(dir, &cfg) != Q_OK) { fprintf(stderr, "quill inspect: %s\n", q_lasterr()); return 1; }
     cfg.kv_type = kv_type;
+    cfg.gdn_state_type = state_type;
     st_set *set = NULL;
     if (st_open_dir(dir, &set) != Q_OK) {
         fprintf(stderr, "quill inspect: %s\n", q_lasterr());
@@ -126,10 +130,10 @@ int cmd_inspect(int argc, char **argv) {
     if (fmt_count[ST_F64 + 1]) printf(" MLX affine: %d tensors;", fmt_count[ST_F64 + 1]);
     printf("\n");
 
-    /* memory arithmetic (states in f32, K/V in --kv-type) */
+    /* memory arithmetic (recurrent states in --gdn-state-type, K/V in --kv-type) */
     double kv_tok = (double)qwen35_kv_bytes_per_token(&cfg);
     double gdn = (double)qwen35_gdn_state_bytes(&cfg);
-    printf("\nmemory (%s K/V, f32 states)\n", qwen35_kv_type_name(&cfg));
+    printf("\nmemory (%s K/V, %s states)\n", qwen35_kv_type_name(&cfg), qwen35_gdn_state_type_name(&cfg));
     printf("  weights                 %10.1f MiB\n", mib(tb));
     printf("  K/V per token           %10.1f KiB  (%d attention layers x 2 x %lld bytes: %d heads x %d values%s)\n",
            kv_tok / 1024, n_attn, (long long)qwen35_kv_row_bytes(&cfg), cfg.n_kv_heads, cfg.head_dim,

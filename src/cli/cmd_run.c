@@ -35,7 +35,8 @@ static void run_usage(FILE *f) {
             "  --dump-logits PATH   write the last prompt position's logits (float32 LE)\n"
             "  --backend cpu|cuda   (default: cuda when a GPU is present, else cpu)\n"
             "  --threads N          CPU threads (default: all cores)\n"
-            "  --kv-type bf16|f32|q8  K/V cache element type (default bf16)\n");
+            "  --kv-type bf16|f32|q8  K/V cache element type (default bf16)\n"
+            "  --gdn-state-type f32|bf16  GDN recurrent state element type (default f32)\n");
 }
 
 /* Parses "1,2,3" into an owned array. Returns -1 on a malformed list. */
@@ -109,7 +110,7 @@ static int text_prompt(const char *dir, char kind, const char *arg, qtokenizer *
 int cmd_run(int argc, char **argv) {
     const char *model_arg = NULL, *ids_arg = NULL, *dump = NULL, *backend = NULL, *text_arg = NULL;
     char text_kind = 0;
-    int print_ids = 0, kv_type = QKV_BF16;
+    int print_ids = 0, kv_type = QKV_BF16, state_type = QSTATE_F32;
     qgen_params gp = {.n_predict = 32, .prefill_chunk = 512, .sampling = qsampling_default()};
     long long threads = 0;
     for (int i = 1; i < argc; i++) {
@@ -160,6 +161,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--kv-type")) {
             if (cli_parse_kv_type(v, &kv_type)) goto bad;
+        } else if (!strcmp(a, "--gdn-state-type")) {
+            if (cli_parse_gdn_state_type(v, &state_type)) goto bad;
         } else { fprintf(stderr, "quill run: unknown option %s\n", a); run_usage(stderr); return 2; }
         continue;
     bad:
@@ -197,6 +200,7 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     m->cfg.kv_type = kv_type;
+    m->cfg.gdn_state_type = state_type;
     last = malloc((size_t)m->cfg.vocab_size * sizeof *last);
     if (!last) goto done;
     if (qwen35_state_create(m, n_prompt + gp.n_predict, &st) != Q_OK) {

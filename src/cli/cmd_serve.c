@@ -39,6 +39,9 @@ static void serve_usage(FILE *f) {
             "  --kv-type bf16|f32|q8  K/V cache element type (default bf16: each K/V value rounded to bf16 as it\n"
             "                       is written; f32 holds twice the bytes and reads twice at long contexts; q8\n"
             "                       8-bit codes with a scale per position and head, about half of bf16's bytes)\n"
+            "  --gdn-state-type f32|bf16  GDN recurrent state element type (default f32, the model's\n"
+            "                       mamba_ssm_dtype; bf16 halves the states' bytes and a decode step's state\n"
+            "                       traffic, each value rounded to bf16 as the state is stored)\n"
             "  --memory-reserve-gib G  memory left free by the startup fit (default max(10 %%, 2 GiB))\n"
             "  --prefill-chunk N    prompt rows per round (default 512)\n"
             "  --queue N            requests waiting for a slot; beyond it 503 + Retry-After (default 64)\n"
@@ -54,7 +57,7 @@ static void serve_usage(FILE *f) {
 typedef struct serve_opts {
     const char *model, *host, *backend, *name;
     long long port, parallel, context, prefill_chunk, queue, threads, kv_grow, kv_budget_rows;
-    int kv_type;
+    int kv_type, gdn_state_type;
     double reserve_gib; /* < 0: the default */
 } serve_opts;
 
@@ -94,6 +97,7 @@ static int parse_opts(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--kv-grow")) bad = cli_parse_int(v, 0, 1 << 24, &o->kv_grow) || o->kv_grow % 16;
         else if (!strcmp(a, "--kv-budget-rows")) bad = cli_parse_int(v, 1, (long long)1 << 40, &o->kv_budget_rows);
         else if (!strcmp(a, "--kv-type")) bad = cli_parse_kv_type(v, &o->kv_type);
+        else if (!strcmp(a, "--gdn-state-type")) bad = cli_parse_gdn_state_type(v, &o->gdn_state_type);
         else if (!strcmp(a, "--memory-reserve-gib")) bad = cli_parse_float(v, &o->reserve_gib) || o->reserve_gib < 0;
         else {
             fprintf(stderr, "quill serve: unknown option %s\n", a);
@@ -117,6 +121,7 @@ static int startup_fit(const char *dir, const char *backend, const serve_opts *o
         return 1;
     }
     cfg.kv_type = o->kv_type;
+    cfg.gdn_state_type = o->gdn_state_type;
     int max_pos = cfg.max_positions > 0 ? cfg.max_positions : SERVE_FALLBACK_CONTEXT;
     *n_ctx = o->context ? (int)o->context : max_pos;
     if (o->context > max_pos)
@@ -175,6 +180,7 @@ int cmd_serve(int argc, char **argv) {
         goto out;
     }
     m->cfg.kv_type = o.kv_type;
+    m->cfg.gdn_state_type = o.gdn_state_type;
     if (tok_load(dir, &tok) != Q_OK) {
         fprintf(stderr, "quill serve: %s: %s\n", dir, q_lasterr());
         goto out;
@@ -227,9 +233,9 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "quill serve: %s\n", q_lasterr());
         goto out;
     }
-    q_info("quill serve: %s (%s) on http://%s:%lld, backend %s, %d slots x %d positions, K/V %s grow %d, queue %lld",
+    q_info("quill serve: %s (%s) on http://%s:%lld, backend %s, %d slots x %d positions, K/V %s grow %d, GDN state %s, queue %lld",
            dir, s.model_name, o.host, o.port, be->ops->name, s.n_parallel, n_ctx, qwen35_kv_type_name(&m->cfg),
-           ep.kv_grow, o.queue);
+           ep.kv_grow, qwen35_gdn_state_type_name(&m->cfg), o.queue);
 
     int sig = http_wait_signal();
     q_info("quill serve: signal %d: stopping", sig);

@@ -79,6 +79,14 @@ int cli_parse_kv_type(const char *s, int *type) {
     return 0;
 }
 
+int cli_parse_gdn_state_type(const char *s, int *type) {
+    if (!s) return -1;
+    if (!strcmp(s, "f32")) *type = QSTATE_F32;
+    else if (!strcmp(s, "bf16")) *type = QSTATE_BF16;
+    else return -1;
+    return 0;
+}
+
 int cli_parse_float(const char *s, double *out) {
     if (!s || !*s) return -1;
     char *end;

@@ -477,6 +477,7 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
                                   (size_t)V * sizeof *e->work);
         g->kv_bytes_per_row = qwen35_kv_bytes_per_token(&m->cfg);
         g->kv_type = qwen35_kv_type_name(&m->cfg);
+        g->gdn_state_type = qwen35_gdn_state_type_name(&m->cfg);
         g->n_parallel = p->n_parallel;
         g->n_ctx = p->n_ctx;
         g->kv_grow = p->kv_grow;

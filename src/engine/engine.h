@@ -111,6 +111,7 @@ void engine_get_stats(qengine *e, qengine_stats *out);
 typedef struct qengine_memory {
     const char *backend;        /* the backend's name ("cpu", "cuda"); static */
     const char *kv_type;        /* the K/V caches' element type ("f32", "bf16"); static */
+    const char *gdn_state_type; /* the GDN recurrent states' element type ("f32", "bf16"); static */
     int64_t weights_bytes;      /* model weights */
     int64_t kv_bytes, kv_peak_bytes;   /* K/V mapped (grow) or allocated (no grow) */
     int64_t gdn_bytes;          /* GDN conv + recurrent states, every slot */

@@ -68,6 +68,7 @@ qstatus engine_memory_json(qengine *e, char **out) {
         put(root, "held", split(m, 0, &bad), &bad);
         put(root, "peak", split(m, 1, &bad), &bad);
         put(root, "host_buffers", json_integer(m->host_bytes), &bad);
+        put(root, "gdn_state_type", json_string(m->gdn_state_type ? m->gdn_state_type : "?"), &bad);
         put(kv, "grow_rows", json_integer(m->kv_grow), &bad);
         put(kv, "first_rows", json_integer(m->first_rows), &bad);
         put(kv, "context", json_integer(m->n_ctx), &bad);

@@ -15,6 +15,8 @@
 
 /* K/V cache element types (--kv-type f32 | bf16 | q8). */
 enum { QKV_F32, QKV_BF16, QKV_Q8 };
+/* GDN recurrent state element types (--gdn-state-type f32 | bf16). */
+enum { QSTATE_F32, QSTATE_BF16 };
 
 typedef struct qwen35_config {
     char architecture[64]; /* architectures[0], e.g. "Qwen3_5ForCausalLM" */
@@ -39,6 +41,8 @@ typedef struct qwen35_config {
     qquant_config quant;   /* config["quantization"]; quant.enabled == 0 when absent */
     /* Not from config.json: a serving choice the caller sets before states are made (--kv-type). */
     int kv_type;           /* K/V caches: QKV_F32 (0 after parsing), QKV_BF16 or QKV_Q8 (qwen35_kv_fmt) */
+    int gdn_state_type;    /* GDN recurrent states (--gdn-state-type): QSTATE_F32 (0, the config's mamba_ssm_dtype) or
+                            * QSTATE_BF16 (backend.h's qgdn_dims.state_bf16) */
 } qwen35_config;
 
 /* Parses the JSON text `json` (src names the file in messages). */

@@ -366,7 +366,8 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     const qwen35_gdn_weights *w = &L->gdn;
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
-    const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim};
+    const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim,
+                            c->gdn_state_type == QSTATE_BF16};
     const qweight *W[4];
     layer_in_weights(L, W);
     float *const Y[4] = {s->qkv, s->z, s->b, s->a};

@@ -133,6 +133,8 @@ int qwen35_conv_dim(const qwen35_config *cfg);
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
 int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);
+/* The GDN recurrent states' element type, as --gdn-state-type names it ("f32", "bf16"). */
+const char *qwen35_gdn_state_type_name(const qwen35_config *cfg);
 /* Bytes of one position of one attention layer's K (or V) cache (backend.h qkv_row_bytes; 0 where the format
  * cannot hold the head dim). */
 int64_t qwen35_kv_row_bytes(const qwen35_config *cfg);

@@ -9,12 +9,16 @@ int qwen35_conv_dim(const qwen35_config *c) {
     return 2 * c->lin_n_k_heads * c->lin_k_dim + c->lin_n_v_heads * c->lin_v_dim;
 }
 
-/* One GDN layer's conv window ([kernel-1][conv_dim]) and recurrent state ([Hv][dk][dv]), f32. */
+/* One GDN layer's conv window ([kernel-1][conv_dim], f32) and recurrent state ([Hv][dk][dv], --gdn-state-type). */
 static size_t conv_bytes(const qwen35_config *c) {
     return (size_t)(c->conv_kernel - 1) * (size_t)qwen35_conv_dim(c) * sizeof(float);
 }
 static size_t S_bytes(const qwen35_config *c) {
-    return (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * sizeof(float);
+    return (size_t)c->lin_n_v_heads * c->lin_k_dim * c->lin_v_dim * (c->gdn_state_type == QSTATE_BF16 ? 2 : 4);
+}
+
+const char *qwen35_gdn_state_type_name(const qwen35_config *c) {
+    return c->gdn_state_type == QSTATE_BF16 ? "bf16" : "f32";
 }
 
 qwfmt qwen35_kv_fmt(const qwen35_config *c) {

@@ -1,8 +1,8 @@
 /* test_cuda_seq_ops.c: the CUDA ops that run per stream (attention for decode and prompt rows, conv,
  * the gated delta rule recurrent and chunked) against the CPU reference on random inputs, and
  * EXACT(batch) / EXACT(chunk) on the GPU: a seq gives bit-identical results alone and among others, and
- * a prompt cut into calls equals the whole. Built when nvcc is found; skips (exit 77) without a GPU. Run
- * on the GPU machine by tests/cuda/run.sh. */
+ * a prompt cut into calls equals the whole; the same with bf16 GDN states. Built when nvcc is found; skips (exit 77)
+ * without a GPU. Run on the GPU machine by tests/cuda/run.sh. */
 #include "cuda_test_util.h"
 #include "backend/cuda/cuda_flash_prefill.h"
 
@@ -155,6 +155,32 @@ static int same_bufs(const buf (*p)[2], int n) {
     return same;
 }
 
+/* A GDN state of n bf16 values, uniform in [-scale, scale) (dims.state_bf16). */
+static buf mk_state_bf16(size_t n, float scale) {
+    float *f = malloc(n * 4);
+    uint16_t *h = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) f[i] = scale * frand();
+    bf16_from(f, h, n);
+    buf b = mk(n * 2, h);
+    free(f);
+    free(h);
+    return b;
+}
+/* A state buffer's n values as f32 (bf16 with bf16 set). */
+static void state_floats(qbackend *be, const void *p, size_t n, int bf16, float *out) {
+    if (!bf16) {
+        OK(be->ops->download(be, out, p, n * 4));
+        return;
+    }
+    uint16_t *h = malloc(n * 2);
+    OK(be->ops->download(be, h, p, n * 2));
+    for (size_t i = 0; i < n; i++) {
+        const uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(&out[i], &u, 4);
+    }
+    free(h);
+}
+
 /* conv_gated_delta == conv1d_silu_gates + gated_delta, bitwise (out, both seqs' conv states and S), twice in a row
  * (its tickets are left zero); the seqs are recurrent (not chunked). */
 static void conv_gated_delta_case(qgdn_dims d, buf x, buf w, buf a, buf b, buf Al, buf dt, const qseq *seqs, int ns) {
@@ -165,7 +191,7 @@ static void conv_gated_delta_case(qgdn_dims d, buf x, buf w, buf a, buf b, buf A
     buf st[2][2], S[2][2];
     float *stp[2][2], *Sp[2][2];
     for (int i = 0; i < ns; i++) {
-        st[0][i] = mk_rand((size_t)(K - 1) * C, 1.0f), S[0][i] = mk_rand(Sn, 0.1f);
+        st[0][i] = mk_rand((size_t)(K - 1) * C, 1.0f), S[0][i] = d.state_bf16 ? mk_state_bf16(Sn, 0.1f) : mk_rand(Sn, 0.1f);
         st[1][i] = mk(st[0][i].bytes, NULL), S[1][i] = mk(S[0][i].bytes, NULL);
         OK(gpu->ops->copy(gpu, st[1][i].g, st[0][i].g, st[0][i].bytes));
         OK(gpu->ops->copy(gpu, S[1][i].g, S[0][i].g, S[0][i].bytes));
@@ -181,13 +207,15 @@ static void conv_gated_delta_case(qgdn_dims d, buf x, buf w, buf a, buf b, buf A
                                  {S[0][1], S[1][1]}};
         same &= same_bufs(pairs, ns == 2 ? 5 : 1);
     }
-    expect_flag("conv_gated_delta == conv1d_silu_gates + gated_delta (gpu), twice", same);
+    expect_flag(d.state_bf16 ? "conv_gated_delta == conv1d_silu_gates + gated_delta (gpu), twice, bf16 states"
+                             : "conv_gated_delta == conv1d_silu_gates + gated_delta (gpu), twice",
+                same);
     for (int i = 0; i < ns; i++) rm(st[0][i]), rm(st[1][i]), rm(S[0][i]), rm(S[1][i]);
     rm(y); rm(g); rm(be); rm(o1); rm(o2);
 }
 
 static void test_gdn(void) {
-    const qgdn_dims d = {4, 8, 128, 128};
+    const qgdn_dims d = {4, 8, 128, 128, 0};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, n = 90;
     buf x = mk_rand((size_t)n * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)n * C * 4, NULL);
     buf stA = mk_rand((size_t)(K - 1) * C, 1.0f), stB = mk_rand((size_t)(K - 1) * C, 1.0f);
@@ -223,6 +251,10 @@ static void test_gdn(void) {
     conv_gated_delta_case(d, x, w, a, b, Al, dt, seqs, 2);
     const qseq dec[2] = {{10, 1, 40, 0}, {50, 1, 7, 0}}; /* decode rows */
     conv_gated_delta_case(d, x, w, a, b, Al, dt, dec, 2);
+    qgdn_dims db = d;
+    db.state_bf16 = 1;
+    conv_gated_delta_case(db, x, w, a, b, Al, dt, seqs, 2);
+    conv_gated_delta_case(db, x, w, a, b, Al, dt, dec, 2);
     float *Sc[2] = {SA.c, SB.c}, *Sg[2] = {SA.g, SB.g};
     OK(cpu->ops->gated_delta(cpu, y.c, g.c, be.c, seqs, 2, Sc, d, o.c));
     OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, 2, Sg, d, o.g));
@@ -298,7 +330,7 @@ static void test_many_seqs(void) {
     attention_many_case(12, 2, 128, QW_Q8);
     attention_many_case(8, 2, 64, QW_Q8);
     enum { NS = 130 };
-    const qgdn_dims d = {2, 4, 64, 64};
+    const qgdn_dims d = {2, 4, 64, 64, 0};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, Hv = d.n_v_heads;
     const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim, ow = (size_t)Hv * d.v_dim;
     buf x = mk_rand((size_t)NS * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)NS * C * 4, NULL);
@@ -428,15 +460,94 @@ static void gdn_chunked_case(qgdn_dims d, float gmax) {
     rm(x); rm(g); rm(be); rm(o);
 }
 
+/* bf16 GDN states (dims.state_bf16): the GPU's chunked and recurrent rules against the CPU's, which round at the
+ * same points (a value near a rounding boundary may round the other way, so within bf16's step); then on the GPU
+ * EXACT(chunk) and EXACT(draft) together: every seq cut into pieces (prompt seqs at their multiples of 64,
+ * recurrent seqs a row each), the pieces sharing calls, gives the whole call's bits. */
+static void test_gdn_bf16_state(void) {
+    enum { NS = 4 };
+    const qgdn_dims d = {4, 8, 128, 128, 1};
+    const int lens[NS] = {200, 65, 6, 1}, pos0s[NS] = {0, 100, 40, 7}, chk[NS] = {1, 1, 0, 0};
+    const int W = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, Hv = d.n_v_heads, no = Hv * d.v_dim;
+    const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim;
+    qseq seqs[NS];
+    int n = 0;
+    for (int s = 0; s < NS; s++) { seqs[s] = (qseq){n, lens[s], pos0s[s], chk[s]}; n += lens[s]; }
+    float *hx = malloc((size_t)n * W * 4), *hg = malloc((size_t)n * Hv * 4), *hb = malloc((size_t)n * Hv * 4);
+    for (size_t i = 0; i < (size_t)n * W; i++) { float u = 3.0f * frand(); hx[i] = u / (1.0f + expf(-u)); }
+    for (int i = 0; i < n * Hv; i++) { hg[i] = -0.5f * (frand() + 1.0f); hb[i] = 0.5f + 0.49f * frand(); }
+    buf x = mk((size_t)n * W * 4, hx), g = mk((size_t)n * Hv * 4, hg), be = mk((size_t)n * Hv * 4, hb);
+    buf o = mk((size_t)n * no * 4, NULL), St[NS];
+    uint16_t *S0[NS];
+    float *Sc[NS], *Sg[NS];
+    for (int s = 0; s < NS; s++) {
+        St[s] = mk_state_bf16(Sn, 0.5f);
+        S0[s] = malloc(Sn * 2);
+        OK(gpu->ops->download(gpu, S0[s], St[s].g, Sn * 2));
+        Sc[s] = St[s].c; Sg[s] = St[s].g;
+    }
+    OK(cpu->ops->gated_delta(cpu, x.c, g.c, be.c, seqs, NS, Sc, d, o.c));
+    OK(gpu->ops->gated_delta(gpu, x.g, g.g, be.g, seqs, NS, Sg, d, o.g));
+    /* split prefill mode's three tf32 products are f32-class; bf16 mode's one is ~5e-4 */
+    const double tol = cuda_flash_precision() == FLASH_SPLIT ? 2e-3 : 1e-2;
+    expect_close("gated_delta, bf16 states: 4 seqs, 2 chunked, out", o, tol);
+    float *sc = malloc(Sn * 4), *sg = malloc(Sn * 4);
+    double es = 0;
+    for (int s = 0; s < NS; s++) {
+        state_floats(cpu, Sc[s], Sn, 1, sc);
+        state_floats(gpu, Sg[s], Sn, 1, sg);
+        const double e = rel_err(sc, sg, Sn);
+        if (e > es) es = e;
+    }
+    expect_err("gated_delta, bf16 states: the states", es, 2 * tol);
+    /* the whole call's bits, then the pieces from the same states */
+    float *whole = malloc((size_t)n * no * 4), *cut = malloc((size_t)n * no * 4);
+    uint16_t *Sw[NS];
+    OK(gpu->ops->download(gpu, whole, o.g, (size_t)n * no * 4));
+    for (int s = 0; s < NS; s++) {
+        Sw[s] = malloc(Sn * 2);
+        OK(gpu->ops->download(gpu, Sw[s], Sg[s], Sn * 2));
+        OK(gpu->ops->upload(gpu, Sg[s], S0[s], Sn * 2));
+    }
+    int done[NS] = {0};
+    for (;;) {
+        qseq pc[NS];
+        float *ps[NS];
+        int np = 0;
+        for (int s = 0; s < NS; s++) {
+            if (done[s] >= lens[s]) continue;
+            const int p = pos0s[s] + done[s];
+            int len = chk[s] ? 64 - p % 64 : 1;
+            if (len > lens[s] - done[s]) len = lens[s] - done[s];
+            pc[np] = (qseq){seqs[s].row0 + done[s], len, p, chk[s]};
+            ps[np++] = Sg[s];
+            done[s] += len;
+        }
+        if (!np) break;
+        OK(gpu->ops->gated_delta(gpu, x.g, g.g, be.g, pc, np, ps, d, o.g));
+    }
+    OK(gpu->ops->download(gpu, cut, o.g, (size_t)n * no * 4));
+    int same = memcmp(whole, cut, (size_t)n * no * 4) == 0;
+    uint16_t *s2 = malloc(Sn * 2);
+    for (int s = 0; s < NS; s++) {
+        OK(gpu->ops->download(gpu, s2, Sg[s], Sn * 2));
+        same = same && memcmp(s2, Sw[s], Sn * 2) == 0;
+    }
+    expect_flag("gated_delta, bf16 states: pieces (64s, a row each) vs whole (gpu, bitwise)", same);
+    for (int s = 0; s < NS; s++) { rm(St[s]); free(S0[s]); free(Sw[s]); }
+    free(hx); free(hg); free(hb); free(sc); free(sg); free(whole); free(cut); free(s2);
+    rm(x); rm(g); rm(be); rm(o);
+}
+
 static void test_gdn_chunked(void) {
-    gdn_chunked_case((qgdn_dims){4, 8, 128, 128}, 1.0f);
-    gdn_chunked_case((qgdn_dims){4, 8, 128, 128}, 8.0f);
-    gdn_chunked_case((qgdn_dims){2, 4, 32, 32}, 0.05f);
-    gdn_chunked_case((qgdn_dims){2, 4, 64, 96}, 1.0f);
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0}, 1.0f);
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0}, 8.0f);
+    gdn_chunked_case((qgdn_dims){2, 4, 32, 32, 0}, 0.05f);
+    gdn_chunked_case((qgdn_dims){2, 4, 64, 96, 0}, 1.0f);
 }
 
 int main(void) {
     static void (*const tests[])(void) = {test_attention, test_flash_prefill, test_gdn, test_gdn_chunked,
-                                          test_many_seqs};
+                                          test_gdn_bf16_state, test_many_seqs};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -58,3 +58,27 @@ for (const type of ['f32', 'q8']) {
     }
   });
 }
+
+// --gdn-state-type bf16: a server keeping its GDN recurrent states in bf16 (half the bytes of the default f32; the
+// conv windows stay f32) says so on /memory and keeps the contract: 4 prompts alone and then together give identical
+// hashes, and the replies are not those of f32 states only by accident of a broken flag (the state bytes differ).
+test('--gdn-state-type bf16: /memory reports it, alone and together agree', async () => {
+  const f32 = await (await fetch(`${URL}/memory`)).json();
+  const srv = await startServer(['--parallel', '4', '--gdn-state-type', 'bf16']);
+  try {
+    const mem = await (await fetch(`${srv.url}/memory`)).json();
+    assert.equal(f32.gdn_state_type, 'f32');
+    assert.equal(mem.gdn_state_type, 'bf16');
+    const perSlot = (m) => m.held.gdn_states / m.slots.length;
+    assert.ok(perSlot(mem) > perSlot(f32) / 2 && perSlot(mem) < 0.75 * perSlot(f32));
+    const oa2 = client(srv.url);
+    const go = (p, i) => (i % 2 === 0 ? oa2.completions.create(req(p, i)) : oa2.chat.completions.create(req(p, i)));
+    const four = PROMPTS.slice(0, 4);
+    const alone = [];
+    for (let i = 0; i < four.length; i++) alone.push((await go(four[i], i)).quill.completion_hash);
+    const together = await Promise.all(four.map((p, i) => go(p, i)));
+    assert.deepEqual(together.map((r) => r.quill.completion_hash), alone);
+  } finally {
+    await srv.stop();
+  }
+});

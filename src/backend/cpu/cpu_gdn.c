@@ -114,7 +114,8 @@ void cpu_gdn_load_qk(const cpu_gdn_args *a, int64_t r, int hk, int which, float 
     }
 }
 
-/* One value head of one seq, token by token. scratch: q[dk], k[dk], kv[dv]. */
+/* One value head of one seq, token by token (S f32; with dims.state_bf16 rounded to bf16 after every token, as
+ * storing it would). scratch: q[dk], k[dk], kv[dv]. */
 static void recurrent_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
     const qgdn_dims *d = &a->dims;
     const int dk = d->k_dim, dv = d->v_dim, Hv = d->n_v_heads;
@@ -141,6 +142,7 @@ static void recurrent_head(const cpu_gdn_args *a, const qseq *sq, int h, float *
             cpu_axpy(Si, k[i], kv, dv);
             cpu_axpy(o, q[i], Si, dv);
         }
+        if (d->state_bf16) cpu_round_bf16(S, (int64_t)dk * dv);
     }
 }
 
@@ -149,20 +151,27 @@ typedef struct gd_job {
     cpu_gdn_args args;
     const qseq *seqs;
     float *const *S;
+    size_t work; /* scratch floats the rule takes; a bf16 state's head in f32 follows them */
 } gd_job;
 
 static void gd_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
     const gd_job *j = ctx;
     const int Hv = j->args.dims.n_v_heads;
     const int64_t head_floats = (int64_t)j->args.dims.k_dim * j->args.dims.v_dim;
-    float *scratch = cpu_scratch_at(j->cb, thread_index);
+    const int bf16 = j->args.dims.state_bf16;
+    float *scratch = cpu_scratch_at(j->cb, thread_index), *Sf = scratch + j->work;
     for (int64_t it = begin; it < end; it++) {
         int s = (int)(it / Hv), h = (int)(it % Hv);
         const qseq *sq = &j->seqs[s];
         if (sq->n_rows == 0) continue;
-        float *Sh = j->S[s] + h * head_floats;
+        uint16_t *Sb = bf16 ? (uint16_t *)(void *)j->S[s] + h * head_floats : NULL;
+        float *Sh = bf16 ? Sf : j->S[s] + h * head_floats;
+        if (bf16)
+            for (int64_t i = 0; i < head_floats; i++) Sf[i] = cpu_bf16_to_f32(Sb[i]);
         if (sq->chunked) cpu_gdn_chunked_head(&j->args, sq, h, Sh, scratch);
         else recurrent_head(&j->args, sq, h, Sh, scratch);
+        if (bf16) /* exact: the rule left every value a bf16 */
+            for (int64_t i = 0; i < head_floats; i++) Sb[i] = cpu_f32_to_bf16(Sf[i]);
     }
 }
 
@@ -185,8 +194,9 @@ qstatus cpu_gated_delta(qbackend *be, const float *qkv, const float *g, const fl
         if (!S[s]) return q_fail(Q_EINVAL, "gated_delta: seq %d has no state", s);
         if (seqs[s].chunked && cpu_gdn_chunked_scratch(dims) > need) need = cpu_gdn_chunked_scratch(dims);
     }
-    Q_TRY(cpu_scratch_reserve(cb, need));
-    gd_job job = {cb, {qkv, g, beta, dims, (float)(1.0 / sqrt((double)dims.k_dim)), out}, seqs, S};
+    const size_t work = (need + 15) & ~(size_t)15; /* the f32 head 64-byte aligned, as the scratch */
+    Q_TRY(cpu_scratch_reserve(cb, work + (dims.state_bf16 ? (size_t)dims.k_dim * dims.v_dim : 0)));
+    gd_job job = {cb, {qkv, g, beta, dims, (float)(1.0 / sqrt((double)dims.k_dim)), out}, seqs, S, work};
     q_parallel_for(cb->pool, (int64_t)n_seqs * dims.n_v_heads, 1, gd_range, &job);
     return Q_OK;
 }

@@ -107,6 +107,7 @@ void cpu_gdn_chunked_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S
             cpu_scale(Sm, eL, dv);
             for (int j = 0; j < L; j++) cpu_axpy(Sm, K[(int64_t)j * dk + m] * e[j], U + (int64_t)j * dv, dv);
         }
+        if (d->state_bf16) cpu_round_bf16(S, (int64_t)dk * dv); /* where a cut at this chunk would store it */
         t += L;
     }
 }

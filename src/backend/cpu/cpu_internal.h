@@ -125,6 +125,10 @@ static inline uint16_t cpu_f32_to_bf16(float f) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fffu;
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+/* x[i] = bf16(x[i]) as f32: what storing to a bf16 state and loading it back gives. */
+static inline void cpu_round_bf16(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = cpu_bf16_to_f32(cpu_f32_to_bf16(x[i]));
+}
 /* IEEE binary16 -> binary32, exact for every input (subnormals, inf, nan payloads). */
 float cpu_f16_to_f32(uint16_t h);
 
@@ -179,7 +183,8 @@ typedef struct cpu_gdn_args {
 void cpu_gdn_load_qk(const cpu_gdn_args *a, int64_t r, int hk, int which, float scale, float *dst);
 /* Scratch floats one thread needs for the chunked rule. */
 size_t cpu_gdn_chunked_scratch(qgdn_dims d);
-/* Runs value head h of seq sq through the chunked rule, updating S_h [dk][dv]. */
+/* Runs value head h of seq sq through the chunked rule, updating S_h [dk][dv] (f32; with dims.state_bf16 rounded
+ * to bf16 after every chunk). */
 void cpu_gdn_chunked_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S_h, float *scratch);
 
 /* Checks a list of seqs (n_rows >= 0, pos0 >= 0, row0 >= 0) and fills prefix[s] = rows of seqs

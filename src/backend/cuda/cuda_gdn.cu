@@ -244,10 +244,14 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     const int hk = h / (d.n_v_heads / d.n_k_heads);
     const int64_t width = 2LL * d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
     const float qscale = rsqrtf((float)d.k_dim);
-    float *Sh = S + (int64_t)h * d.k_dim * d.v_dim + (int64_t)k0 * d.v_dim + j;
+    /* the thread's 32 state values, f32 or (d.state_bf16) bf16, rounded again after every token as a stored state */
+    const int64_t s_off = (int64_t)h * d.k_dim * d.v_dim + (int64_t)k0 * d.v_dim + j;
+    float *Sh = S + s_off;
+    __nv_bfloat16 *Sb = (__nv_bfloat16 *)S + s_off;
     float s[32];
 #pragma unroll
-    for (int c = 0; c < 32; c++) s[c] = col ? Sh[(int64_t)c * d.v_dim] : 0.0f;
+    for (int c = 0; c < 32; c++)
+        s[c] = !col ? 0.0f : d.state_bf16 ? __bfloat162float(Sb[(int64_t)c * d.v_dim]) : Sh[(int64_t)c * d.v_dim];
     /* CONV: thread i's q and k channels, the lane's v channel (blockDim.x == dk) */
     const int64_t cq = (int64_t)hk * d.k_dim + threadIdx.x, ck = cq + (int64_t)d.n_k_heads * d.k_dim;
     const int64_t cvj = 2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + (col ? j : 0);
@@ -301,6 +305,9 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
             s[c] = fmaf(sk[k0 + c] * kn, delta, s[c]);
             o = fmaf(s[c], sq[k0 + c] * qn, o);
         }
+        if (d.state_bf16) /* uniform */
+#pragma unroll
+            for (int c = 0; c < 32; c++) s[c] = __bfloat162float(__float2bfloat16_rn(s[c]));
         __syncthreads(); /* every warp has read part */
         part[warp][lane] = o;
         __syncthreads();
@@ -312,7 +319,10 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     }
     if (col) {
 #pragma unroll
-        for (int c = 0; c < 32; c++) Sh[(int64_t)c * d.v_dim] = s[c];
+        for (int c = 0; c < 32; c++) {
+            if (d.state_bf16) Sb[(int64_t)c * d.v_dim] = __float2bfloat16_rn(s[c]); /* exact: s is a bf16 */
+            else Sh[(int64_t)c * d.v_dim] = s[c];
+        }
     }
     if constexpr (CONV) {
         if (warp == 0 && col) wv.store(sd.conv, width, cvj);

@@ -257,11 +257,14 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5, g = lane >> 2, tq = lane & 3;
     const int grp = warp >> 3, wi = warp & 7, rt = wi & 3, n0 = 16 * (wi >> 2);
     const int64_t sf = slot_floats(dk, dv);
+    /* the state tile, f32 or (d.state_bf16) bf16: rounded after every chunk, where a cut there would store it */
     float *Sg = seg.S + (int64_t)h * dk * dv + c0;
+    __nv_bfloat16 *Sgb = (__nv_bfloat16 *)seg.S + (int64_t)h * dk * dv + c0;
 
     for (int e = t; e < dk * GCT; e += SCAN_TC_THREADS) {
         const int o = (e / GCT) * SST + e % GCT;
-        Sf[o] = Sg[(int64_t)(e / GCT) * dv + (e % GCT)];
+        const int64_t at = (int64_t)(e / GCT) * dv + (e % GCT);
+        Sf[o] = d.state_bf16 ? __bfloat162float(Sgb[at]) : Sg[at];
         cu_tf32_split(Sf[o], Sh[o], Sh[SSZ + o]);
     }
 
@@ -339,7 +342,8 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
 #pragma unroll
                 for (int c = 0; c < 4; c++) {
                     const int o = gdn_c_at(16 * wi, 8 * nt, c, SST, lane);
-                    Sf[o] = sb[nt][c] + ss[nt][c];
+                    const float v = sb[nt][c] + ss[nt][c];
+                    Sf[o] = d.state_bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
                     cu_tf32_split(Sf[o], Sh[o], Sh[SSZ + o]);
                 }
         }
@@ -349,8 +353,12 @@ gdn_scan_tc_kernel(const gdn_seg *__restrict__ segs, const gdn_slot *__restrict_
     }
     cu_cp_wait<0>();
     __syncthreads();
-    for (int e = t; e < dk * GCT; e += SCAN_TC_THREADS)
-        Sg[(int64_t)(e / GCT) * dv + (e % GCT)] = Sf[(e / GCT) * SST + e % GCT];
+    for (int e = t; e < dk * GCT; e += SCAN_TC_THREADS) {
+        const int64_t at = (int64_t)(e / GCT) * dv + (e % GCT);
+        const float v = Sf[(e / GCT) * SST + e % GCT];
+        if (d.state_bf16) Sgb[at] = __float2bfloat16_rn(v); /* exact: rounded after the last chunk */
+        else Sg[at] = v;
+    }
 }
 
 #endif
