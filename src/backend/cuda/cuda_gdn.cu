@@ -223,7 +223,7 @@ template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_ta
  * would, so the values are bitwise theirs. The v state is read and written by its one block; a k head's q and k
  * states are read by all (Hv / Hk) x (dv / 32) blocks of its heads, and the last of them to take the ticket (after
  * every one has read them) writes them. */
-template <bool CONV>
+template <bool CONV, bool SB>
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                    const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
@@ -244,14 +244,15 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     const int hk = h / (d.n_v_heads / d.n_k_heads);
     const int64_t width = 2LL * d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
     const float qscale = rsqrtf((float)d.k_dim);
-    /* the thread's 32 state values, f32 or (d.state_bf16) bf16, rounded again after every token as a stored state */
+    /* the thread's 32 state values, f32 or (SB: d.state_bf16) bf16, rounded again after every token as a stored state
+     * (an instance each: the bf16 branches cost the f32 kernel 14 registers) */
     const int64_t s_off = (int64_t)h * d.k_dim * d.v_dim + (int64_t)k0 * d.v_dim + j;
     float *Sh = S + s_off;
     __nv_bfloat16 *Sb = (__nv_bfloat16 *)S + s_off;
     float s[32];
 #pragma unroll
     for (int c = 0; c < 32; c++)
-        s[c] = !col ? 0.0f : d.state_bf16 ? __bfloat162float(Sb[(int64_t)c * d.v_dim]) : Sh[(int64_t)c * d.v_dim];
+        s[c] = !col ? 0.0f : SB ? __bfloat162float(Sb[(int64_t)c * d.v_dim]) : Sh[(int64_t)c * d.v_dim];
     /* CONV: thread i's q and k channels, the lane's v channel (blockDim.x == dk) */
     const int64_t cq = (int64_t)hk * d.k_dim + threadIdx.x, ck = cq + (int64_t)d.n_k_heads * d.k_dim;
     const int64_t cvj = 2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + (col ? j : 0);
@@ -305,7 +306,7 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
             s[c] = fmaf(sk[k0 + c] * kn, delta, s[c]);
             o = fmaf(s[c], sq[k0 + c] * qn, o);
         }
-        if (d.state_bf16) /* uniform */
+        if constexpr (SB)
 #pragma unroll
             for (int c = 0; c < 32; c++) s[c] = __bfloat162float(__float2bfloat16_rn(s[c]));
         __syncthreads(); /* every warp has read part */
@@ -320,7 +321,7 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     if (col) {
 #pragma unroll
         for (int c = 0; c < 32; c++) {
-            if (d.state_bf16) Sb[(int64_t)c * d.v_dim] = __float2bfloat16_rn(s[c]); /* exact: s is a bf16 */
+            if constexpr (SB) Sb[(int64_t)c * d.v_dim] = __float2bfloat16_rn(s[c]); /* exact: s is a bf16 */
             else Sh[(int64_t)c * d.v_dim] = s[c];
         }
     }
@@ -368,7 +369,8 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         Q_TRY(st);
     }
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
-    CU_TRY(cu_launch(gated_delta_kernel<false>, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out,
+    const auto kern = dims.state_bf16 ? gated_delta_kernel<false, true> : gated_delta_kernel<false, false>;
+    CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out,
                      gdn_conv{}),
            "gated_delta");
     return Q_OK;
@@ -380,8 +382,13 @@ qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, in
                               const float *conv_w, int kernel, float *y, const qgdn_gates *gates, float *const *S,
                               qgdn_dims dims, float *out) {
     const int C = 2 * dims.n_k_heads * dims.k_dim + dims.n_v_heads * dims.v_dim;
-    static int env = -1; /* QUILL_CUDA_GDN_FUSE=0: never (an A/B; the same bits) */
-    int fused = kernel == GDN_CONV_K && gates->heads == dims.n_v_heads && n_seqs <= GDN_FUSE_SEQS &&
+    static int env = -1, most = -1; /* QUILL_CUDA_GDN_FUSE=0: never; QUILL_CUDA_GDN_FUSE_SEQS=N: up to N seqs (A/Bs; the same
+                                     * bits) */
+    if (most < 0) {
+        const char *e = getenv("QUILL_CUDA_GDN_FUSE_SEQS");
+        most = e && atoi(e) > 0 ? atoi(e) : GDN_FUSE_SEQS;
+    }
+    int fused = kernel == GDN_CONV_K && gates->heads == dims.n_v_heads && n_seqs <= most &&
                 cu_env_on("QUILL_CUDA_GDN_FUSE", &env);
     for (int s = 0; s < n_seqs; s++) fused &= !seqs[s].chunked;
     if (!fused || n_seqs <= 0) {
@@ -400,7 +407,8 @@ qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, in
     Q_TRY(seq_table(be, seqs, n_seqs, S, &d, conv_state));
     const gdn_conv cv = {conv_w, *gates, tick};
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
-    CU_TRY(cu_launch(gated_delta_kernel<true>, grid, dims.k_dim, 0, cu_stream(be), x, (const float *)NULL,
+    const auto kern = dims.state_bf16 ? gated_delta_kernel<true, true> : gated_delta_kernel<true, false>;
+    CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), x, (const float *)NULL,
                      (const float *)NULL, d, dims, out, cv),
            "conv_gated_delta");
     return Q_OK;
