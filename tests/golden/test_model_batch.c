@@ -59,6 +59,12 @@ static void make_prompt(int32_t *ids, int n, int V, unsigned seed) {
     }
 }
 
+/* QUILL_DECODE_PRECISION=bf16 or dequant: the CUDA decode matmuls round x to bf16 */
+static int bf16_decode(void) {
+    const char *dp = getenv("QUILL_DECODE_PRECISION");
+    return dp && (!strcmp(dp, "bf16") || !strcmp(dp, "dequant"));
+}
+
 static void test_prefill_then_decode(void **state) {
     env *e = *state;
     int32_t ids[150];
@@ -75,10 +81,10 @@ static void test_prefill_then_decode(void **state) {
     }
     double err = rel_err(split, whole, (size_t)e->V);
     printf("prefill 150 vs prefill 140 + decode 10: rel err %.2e\n", err);
-    /* a bf16 GDN state is rounded after each decode row but only after each 64-row chunk of a prefill */
-    const char *dp = getenv("QUILL_DECODE_PRECISION");
-    const int loose = (dp && (!strcmp(dp, "bf16") || !strcmp(dp, "dequant"))) || e->m->cfg.gdn_state_type == QSTATE_BF16;
-    assert_true(err <= (loose ? 2e-2 : 1e-4));
+    /* bf16 x in the decode matmuls, and a bf16 GDN state (rounded after each decode row but only after each 64-row
+     * chunk of a prefill), each loosen it; on the 4-bit fixture in bf16 decode mode the two together reached 2.0e-2 */
+    const int loose = bf16_decode() + (e->m->cfg.gdn_state_type == QSTATE_BF16);
+    assert_true(err <= (loose == 2 ? 4e-2 : loose ? 2e-2 : 1e-4));
     qwen35_state_destroy(e->m, a);
     qwen35_state_destroy(e->m, b);
     free(whole);
@@ -211,8 +217,8 @@ static void test_kv_types_close(void **state) {
 }
 
 /* The same prompt and decode rows with f32 and bf16 GDN states: logits within 1e-2 relative (bf16 keeps 8 bits of
- * each state value, rounded after every decode row and prefill chunk); a broken conversion would be far off.
- * Restores the group's state type. */
+ * each state value, rounded after every decode row and prefill chunk), 3e-2 where the decode matmuls round x to bf16
+ * (1.45e-2 measured on the 4-bit fixture); a broken conversion would be far off. Restores the group's state type. */
 static void test_gdn_state_types_close(void **state) {
     env *e = *state;
     const int keep = e->m->cfg.gdn_state_type;
@@ -237,7 +243,7 @@ static void test_gdn_state_types_close(void **state) {
     const double err = rel_err(lg[1], lg[0], (size_t)e->V);
     printf("bf16 vs f32 GDN states after 120 tokens: logits rel err %.2e; state bytes %lld vs %lld\n", err,
            (long long)bytes[1], (long long)bytes[0]);
-    assert_true(err > 0 && err <= 1e-2);
+    assert_true(err > 0 && err <= (bf16_decode() ? 3e-2 : 1e-2));
     assert_true(bytes[1] < bytes[0]); /* the recurrent states at half the bytes, the conv windows unchanged */
     for (int t = 0; t < 2; t++) free(lg[t]);
 }
