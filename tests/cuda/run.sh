@@ -69,6 +69,8 @@ step "compute-sanitizer memcheck: quill run, f32 K/V" compute-sanitizer --tool m
      "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 8
 step "compute-sanitizer memcheck: quill run, q8 K/V" compute-sanitizer --tool memcheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --kv-type q8 --prompt-ids 1,2,3,4,5,6,7,8 -n 8
+step "compute-sanitizer memcheck: quill run, bf16 GDN states" compute-sanitizer --tool memcheck --error-exitcode 9 \
+     "$build/quill" run --backend cuda --gdn-state-type bf16 --prompt-ids 1,2,3,4,5,6,7,8 -n 8
 step "compute-sanitizer racecheck: quill run, f32 K/V" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 step "compute-sanitizer racecheck: quill run (bf16 K/V)" compute-sanitizer --tool racecheck --error-exitcode 9 \
