@@ -373,6 +373,21 @@ static void test_many_seqs(void) {
     rm(x); rm(w); rm(y); rm(g); rm(be); rm(o);
 }
 
+/* The inputs of a gated delta rule call over ns seqs of lens[s] rows at pos0s[s] (chunked chk[s]), laid out one after
+ * the other: qkv as after conv + SiLU, g in [-gmax, 0), beta in (0.01, 0.99); returns the rows. */
+static int gdn_inputs(qgdn_dims d, int ns, const int *lens, const int *pos0s, const int *chk, float gmax, qseq *seqs,
+                      buf *x, buf *g, buf *be) {
+    const int W = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, Hv = d.n_v_heads;
+    int n = 0;
+    for (int s = 0; s < ns; s++) { seqs[s] = (qseq){n, lens[s], pos0s[s], chk[s]}; n += lens[s]; }
+    float *hx = malloc((size_t)n * W * 4), *hg = malloc((size_t)n * Hv * 4), *hb = malloc((size_t)n * Hv * 4);
+    for (size_t i = 0; i < (size_t)n * W; i++) { float u = 3.0f * frand(); hx[i] = u / (1.0f + expf(-u)); }
+    for (int i = 0; i < n * Hv; i++) { hg[i] = -0.5f * gmax * (frand() + 1.0f); hb[i] = 0.5f + 0.49f * frand(); }
+    *x = mk((size_t)n * W * 4, hx), *g = mk((size_t)n * Hv * 4, hg), *be = mk((size_t)n * Hv * 4, hb);
+    free(hx); free(hg); free(hb);
+    return n;
+}
+
 /* The chunked gated delta rule (prompt seqs, chunked = 1) on the GPU (cuda_gdn_chunked.cu) vs the CPU's
  * chunked rule: lengths 1, 63, 64, 65, 200 at pos0 0 and non-multiples of 64, nonzero states, one
  * recurrent seq in the same call; then EXACT(batch) (a seq alone) and EXACT(chunk) (two seqs cut at
@@ -380,15 +395,11 @@ static void test_many_seqs(void) {
 static void gdn_chunked_case(qgdn_dims d, float gmax) {
     enum { NS = 6 };
     const int lens[NS] = {200, 65, 64, 63, 1, 3}, pos0s[NS] = {0, 100, 37, 64, 5, 50}, chk[NS] = {1, 1, 1, 1, 1, 0};
-    const int W = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, Hv = d.n_v_heads, no = Hv * d.v_dim;
+    const int Hv = d.n_v_heads, no = Hv * d.v_dim;
     const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim;
     qseq seqs[NS];
-    int n = 0;
-    for (int s = 0; s < NS; s++) { seqs[s] = (qseq){n, lens[s], pos0s[s], chk[s]}; n += lens[s]; }
-    float *hx = malloc((size_t)n * W * 4), *hg = malloc((size_t)n * Hv * 4), *hb = malloc((size_t)n * Hv * 4);
-    for (size_t i = 0; i < (size_t)n * W; i++) { float u = 3.0f * frand(); hx[i] = u / (1.0f + expf(-u)); }
-    for (int i = 0; i < n * Hv; i++) { hg[i] = -0.5f * gmax * (frand() + 1.0f); hb[i] = 0.5f + 0.49f * frand(); }
-    buf x = mk((size_t)n * W * 4, hx), g = mk((size_t)n * Hv * 4, hg), be = mk((size_t)n * Hv * 4, hb);
+    buf x, g, be;
+    const int n = gdn_inputs(d, NS, lens, pos0s, chk, gmax, seqs, &x, &g, &be);
     buf o = mk((size_t)n * no * 4, NULL), St[NS];
     float *S0[NS], *Sc[NS], *Sg[NS], *Sgpu[NS];
     for (int s = 0; s < NS; s++) {
@@ -456,7 +467,7 @@ static void gdn_chunked_case(qgdn_dims d, float gmax) {
     snprintf(nm, sizeof nm, "gdn chunked dk%d: cut at 64s vs whole", d.k_dim);
     expect_same(nm, &same, &(int){1}, sizeof same);
     for (int s = 0; s < NS; s++) { rm(St[s]); free(S0[s]); free(Sgpu[s]); }
-    free(hx); free(hg); free(hb); free(oc); free(og); free(o2); free(sc); free(s2);
+    free(oc); free(og); free(o2); free(sc); free(s2);
     rm(x); rm(g); rm(be); rm(o);
 }
 
@@ -468,15 +479,11 @@ static void test_gdn_bf16_state(void) {
     enum { NS = 4 };
     const qgdn_dims d = {4, 8, 128, 128, 1};
     const int lens[NS] = {200, 65, 6, 1}, pos0s[NS] = {0, 100, 40, 7}, chk[NS] = {1, 1, 0, 0};
-    const int W = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, Hv = d.n_v_heads, no = Hv * d.v_dim;
+    const int Hv = d.n_v_heads, no = Hv * d.v_dim;
     const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim;
     qseq seqs[NS];
-    int n = 0;
-    for (int s = 0; s < NS; s++) { seqs[s] = (qseq){n, lens[s], pos0s[s], chk[s]}; n += lens[s]; }
-    float *hx = malloc((size_t)n * W * 4), *hg = malloc((size_t)n * Hv * 4), *hb = malloc((size_t)n * Hv * 4);
-    for (size_t i = 0; i < (size_t)n * W; i++) { float u = 3.0f * frand(); hx[i] = u / (1.0f + expf(-u)); }
-    for (int i = 0; i < n * Hv; i++) { hg[i] = -0.5f * (frand() + 1.0f); hb[i] = 0.5f + 0.49f * frand(); }
-    buf x = mk((size_t)n * W * 4, hx), g = mk((size_t)n * Hv * 4, hg), be = mk((size_t)n * Hv * 4, hb);
+    buf x, g, be;
+    const int n = gdn_inputs(d, NS, lens, pos0s, chk, 1.0f, seqs, &x, &g, &be);
     buf o = mk((size_t)n * no * 4, NULL), St[NS];
     uint16_t *S0[NS];
     float *Sc[NS], *Sg[NS];
@@ -535,7 +542,7 @@ static void test_gdn_bf16_state(void) {
     }
     expect_flag("gated_delta, bf16 states: pieces (64s, a row each) vs whole (gpu, bitwise)", same);
     for (int s = 0; s < NS; s++) { rm(St[s]); free(S0[s]); free(Sw[s]); }
-    free(hx); free(hg); free(hb); free(sc); free(sg); free(whole); free(cut); free(s2);
+    free(sc); free(sg); free(whole); free(cut); free(s2);
     rm(x); rm(g); rm(be); rm(o);
 }
 

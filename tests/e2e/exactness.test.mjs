@@ -15,6 +15,16 @@ const req = (p, i) => (i % 2 === 0
   : { model: 'x', messages: [{ role: 'user', content: p }], max_tokens: 40 + 7 * i, temperature: 0.9, top_p: 0.9,
     seed: 100 + i, ignore_eos: true });
 const run = (p, i) => (i % 2 === 0 ? oa.completions.create(req(p, i)) : oa.chat.completions.create(req(p, i)));
+// The first 4 prompts against the server at url, one at a time and then all at once: the same hashes.
+async function aloneThenTogether(url) {
+  const oa2 = client(url);
+  const go = (p, i) => (i % 2 === 0 ? oa2.completions.create(req(p, i)) : oa2.chat.completions.create(req(p, i)));
+  const four = PROMPTS.slice(0, 4);
+  const alone = [];
+  for (let i = 0; i < four.length; i++) alone.push((await go(four[i], i)).quill.completion_hash);
+  const together = await Promise.all(four.map((p, i) => go(p, i)));
+  assert.deepEqual(together.map((r) => r.quill.completion_hash), alone);
+}
 
 test('8 prompts alone, then all at once: identical token hashes', async () => {
   const alone = [];
@@ -46,13 +56,7 @@ for (const type of ['f32', 'q8']) {
       assert.equal(kv.type, type);
       if (type === 'f32') assert.equal(2 * bf16.bytes_per_row, kv.bytes_per_row);
       else assert.ok(kv.bytes_per_row > bf16.bytes_per_row / 2 && kv.bytes_per_row < 0.7 * bf16.bytes_per_row);
-      const oa2 = client(srv.url);
-      const go = (p, i) => (i % 2 === 0 ? oa2.completions.create(req(p, i)) : oa2.chat.completions.create(req(p, i)));
-      const four = PROMPTS.slice(0, 4);
-      const alone = [];
-      for (let i = 0; i < four.length; i++) alone.push((await go(four[i], i)).quill.completion_hash);
-      const together = await Promise.all(four.map((p, i) => go(p, i)));
-      assert.deepEqual(together.map((r) => r.quill.completion_hash), alone);
+      await aloneThenTogether(srv.url);
     } finally {
       await srv.stop();
     }
@@ -61,7 +65,7 @@ for (const type of ['f32', 'q8']) {
 
 // --gdn-state-type bf16: a server keeping its GDN recurrent states in bf16 (half the bytes of the default f32; the
 // conv windows stay f32) says so on /memory and keeps the contract: 4 prompts alone and then together give identical
-// hashes, and the replies are not those of f32 states only by accident of a broken flag (the state bytes differ).
+// hashes.
 test('--gdn-state-type bf16: /memory reports it, alone and together agree', async () => {
   const f32 = await (await fetch(`${URL}/memory`)).json();
   const srv = await startServer(['--parallel', '4', '--gdn-state-type', 'bf16']);
@@ -71,13 +75,7 @@ test('--gdn-state-type bf16: /memory reports it, alone and together agree', asyn
     assert.equal(mem.gdn_state_type, 'bf16');
     const perSlot = (m) => m.held.gdn_states / m.slots.length;
     assert.ok(perSlot(mem) > perSlot(f32) / 2 && perSlot(mem) < 0.75 * perSlot(f32));
-    const oa2 = client(srv.url);
-    const go = (p, i) => (i % 2 === 0 ? oa2.completions.create(req(p, i)) : oa2.chat.completions.create(req(p, i)));
-    const four = PROMPTS.slice(0, 4);
-    const alone = [];
-    for (let i = 0; i < four.length; i++) alone.push((await go(four[i], i)).quill.completion_hash);
-    const together = await Promise.all(four.map((p, i) => go(p, i)));
-    assert.deepEqual(together.map((r) => r.quill.completion_hash), alone);
+    await aloneThenTogether(srv.url);
   } finally {
     await srv.stop();
   }
