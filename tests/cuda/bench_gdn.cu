@@ -3,7 +3,9 @@
  * dk = dv = 128): one seq of 512, 4096 and 65536 rows and 16 seqs of 512. Per case: the median time
  * per call (CUDA events on the backend's stream), tokens/s, and the chunked result against the
  * recurrent one on the same inputs and starting state (max |diff| / max |recurrent|, outputs and
- * states), with every output poisoned (NaN) first and checked written. Run by tests/cuda/bench_gdn.sh. */
+ * states), with every output poisoned (NaN) first and checked written. Then decode: 1, 16 and 64 seqs of one row (the
+ * recurrent kernel), f32 and bf16 states (dims.state_bf16), the median time per call and the state bytes it moves.
+ * BENCH_GDN_DECODE_ONLY=1 runs only the decode table. Run by tests/cuda/bench_gdn.sh. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +32,11 @@ __global__ void fill_kernel(float *p, int64_t n, int kind, uint32_t seed) {
         else v = u - 0.5f;                                                            /* state */
         p[i] = v;
     }
+}
+/* a bf16 state, uniform in [-0.5, 0.5) */
+__global__ void fill_bf16_kernel(__nv_bfloat16 *p, int64_t n, uint32_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        p[i] = __float2bfloat16_rn(uhash((uint64_t)i, seed) - 0.5f);
 }
 static void fill(float *p, int64_t n, int kind, uint32_t seed) {
     fill_kernel<<<1024, 256>>>(p, n, kind, seed);
@@ -112,10 +119,13 @@ int main(void) {
     struct { int n_seqs, rows, pos0, reps; const char *name; } cases[] = {
         {1, 512, 0, 15, "1 x 512"}, {1, 4096, 0, 11, "1 x 4096"}, {1, 4096, 100, 5, "1 x 4096 @pos 100"},
         {1, 65536, 0, 3, "1 x 65536"}, {16, 512, 0, 9, "16 x 512"}};
+    const char *only = getenv("BENCH_GDN_DECODE_ONLY");
+    const size_t n_cases = only && !strcmp(only, "1") ? 0 : sizeof cases / sizeof cases[0];
+    if (n_cases)
     printf("| case | rows | recurrent ms | chunked ms | speedup | chunked tok/s (1 layer) | x24 layers ms | err out | err state |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    if (n_cases) printf("|---|---|---|---|---|---|---|---|---|\n");
     int bad = 0;
-    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (size_t c = 0; c < n_cases; c++) {
         const int ns = cases[c].n_seqs, rows = cases[c].rows, n = ns * rows;
         qseq sc[MAXS], sr[MAXS];
         for (int s = 0; s < ns; s++) {
@@ -145,6 +155,28 @@ int main(void) {
         printf("| %s | %d | %.3f | %.3f | %.1fx | %.0f | %.2f | %.1e | %.1e |\n", cases[c].name, n, tr, tc, tr / tc,
                n / (tc * 1e-3), 24 * tc, eo, es);
     }
+    /* decode: one row for each of ns seqs, states f32 or bf16 (each seq its own buffer, as a stream's) */
+    enum { DEC = 64 };
+    float *Sd[DEC];
+    for (int s = 0; s < DEC; s++) CK(cudaMalloc(&Sd[s], Sn * 4));
+    printf("\n| decode seqs | state | us a call | state MB read + written | GB/s of state |\n|---|---|---|---|---|\n");
+    for (int ns = 1; ns <= DEC; ns *= 4)
+        for (int sb = 0; sb < 2; sb++) {
+            qseq sq[DEC];
+            for (int s = 0; s < ns; s++) {
+                sq[s] = (qseq){s, 1, 100 + s, 0};
+                if (sb) fill_bf16_kernel<<<1024, 256>>>((__nv_bfloat16 *)Sd[s], (int64_t)Sn, 200 + s);
+                else fill_kernel<<<1024, 256>>>(Sd[s], (int64_t)Sn, 3, 200 + s);
+            }
+            CK(cudaGetLastError());
+            CK(cudaDeviceSynchronize());
+            qgdn_dims dd = d;
+            dd.state_bf16 = sb;
+            const float ms = time_calls(be, qkv, g, beta, sq, ns, Sd, dd, o_r, 15);
+            const double mb = 2.0 * ns * Sn * (sb ? 2 : 4) / 1e6;
+            printf("| %d | %s | %.1f | %.1f | %.0f |\n", ns, sb ? "bf16" : "f32", ms * 1e3, mb, mb / ms);
+        }
+    for (int s = 0; s < DEC; s++) CK(cudaFree(Sd[s]));
     for (int s = 0; s < MAXS; s++) { CK(cudaFree(S0[s])); CK(cudaFree(Sc[s])); CK(cudaFree(Sr[s])); }
     CK(cudaFree(qkv)); CK(cudaFree(g)); CK(cudaFree(beta)); CK(cudaFree(o_c)); CK(cudaFree(o_r));
     be->ops->destroy(be);

@@ -212,6 +212,9 @@ struct gdn_conv_ch {
     }
 };
 
+/* Value h (0: the low half) of a register holding two bf16 state values, as f32. */
+__device__ __forceinline__ float gdn_unpack(uint32_t v, int h) { return __uint_as_float(h ? v & 0xffff0000u : v << 16); }
+
 template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_tab &t, int i) {
     if constexpr (CONV) return cu_tab_at<seq_desc2>(t, i);
     const seq_desc e = cu_tab_at<seq_desc>(t, i);
@@ -224,9 +227,9 @@ template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_ta
  * states are read by all (Hv / Hk) x (dv / 32) blocks of its heads, and the last of them to take the ticket (after
  * every one has read them) writes them. */
 template <bool CONV, bool SB>
-__global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
-gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
-                   const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
+__device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, const float *__restrict__ g,
+                                                 const float *__restrict__ beta, const cu_tab &seqs, const qgdn_dims &d,
+                                                 float *__restrict__ out, const gdn_conv &cv) {
     if constexpr (!CONV) cu_pdl_enter();
     __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32];
     __shared__ int writer;
@@ -249,7 +252,11 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     const int64_t s_off = (int64_t)h * d.k_dim * d.v_dim + (int64_t)k0 * d.v_dim + j;
     float *Sh = S + s_off;
     __nv_bfloat16 *Sb = (__nv_bfloat16 *)S + s_off;
-    float s[32];
+    /* SB: the 32 values stay bf16 between tokens, two to a register (sp[i]: c = 2i low, 2i + 1 high), so the kernel
+     * holds half the registers and more blocks stream states at once; a token unpacks them (s * decay twice, the same
+     * bits each time) and packs the rounded new state */
+    float s[SB ? 1 : 32];
+    uint32_t sp[SB ? 16 : 1];
     if constexpr (SB) {
         /* every lane loads (a lane past dv a valid column, then takes 0), with no branch: behind `col ? load : 0` the
          * compiler waited for each pair of loads before the next pair, 16 round trips (ncu, 64 streams: 92 us a
@@ -259,7 +266,7 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
 #pragma unroll
         for (int c = 0; c < 32; c++) raw[c] = Sr[(int64_t)c * d.v_dim];
 #pragma unroll
-        for (int c = 0; c < 32; c++) s[c] = col ? __uint_as_float((unsigned)raw[c] << 16) : 0.0f;
+        for (int i = 0; i < 16; i++) sp[i] = col ? (uint32_t)raw[2 * i] | (uint32_t)raw[2 * i + 1] << 16 : 0u;
     } else {
 #pragma unroll
         for (int c = 0; c < 32; c++) s[c] = col ? Sh[(int64_t)c * d.v_dim] : 0.0f;
@@ -303,8 +310,12 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
         float dot = 0.0f;
 #pragma unroll
         for (int c = 0; c < 32; c++) {
-            s[c] *= decay;
-            dot = fmaf(s[c], sk[k0 + c] * kn, dot);
+            if constexpr (SB) {
+                dot = fmaf(gdn_unpack(sp[c / 2], c & 1) * decay, sk[k0 + c] * kn, dot);
+            } else {
+                s[c] *= decay;
+                dot = fmaf(s[c], sk[k0 + c] * kn, dot);
+            }
         }
         part[warp][lane] = dot;
         __syncthreads();
@@ -312,14 +323,26 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
         for (int w = 0; w < n_warps; w++) kS += part[w][lane];
         const float delta = b * (vj - kS);
         float o = 0.0f;
+        if constexpr (SB) {
 #pragma unroll
-        for (int c = 0; c < 32; c++) {
-            s[c] = fmaf(sk[k0 + c] * kn, delta, s[c]);
-            o = fmaf(s[c], sq[k0 + c] * qn, o);
+            for (int i = 0; i < 16; i++) {
+                float nw[2];
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int c = 2 * i + h;
+                    nw[h] = fmaf(sk[k0 + c] * kn, delta, gdn_unpack(sp[i], h) * decay);
+                    o = fmaf(nw[h], sq[k0 + c] * qn, o);
+                }
+                const __nv_bfloat162 r = __floats2bfloat162_rn(nw[0], nw[1]); /* .x low */
+                sp[i] = *(const uint32_t *)&r;
+            }
+        } else {
+#pragma unroll
+            for (int c = 0; c < 32; c++) {
+                s[c] = fmaf(sk[k0 + c] * kn, delta, s[c]);
+                o = fmaf(s[c], sq[k0 + c] * qn, o);
+            }
         }
-        if constexpr (SB)
-#pragma unroll
-            for (int c = 0; c < 32; c++) s[c] = __bfloat162float(__float2bfloat16_rn(s[c]));
         __syncthreads(); /* every warp has read part */
         part[warp][lane] = o;
         __syncthreads();
@@ -332,7 +355,7 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
     if (col) {
 #pragma unroll
         for (int c = 0; c < 32; c++) {
-            if constexpr (SB) Sb[(int64_t)c * d.v_dim] = __float2bfloat16_rn(s[c]); /* exact: s is a bf16 */
+            if constexpr (SB) ((unsigned short *)Sb)[(int64_t)c * d.v_dim] = (unsigned short)(sp[c / 2] >> 16 * (c & 1));
             else Sh[(int64_t)c * d.v_dim] = s[c];
         }
     }
@@ -347,6 +370,20 @@ gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, c
         __syncthreads();
         if (writer) wq.store(sd.conv, width, cq), wk.store(sd.conv, width, ck);
     }
+}
+
+template <bool CONV, bool SB>
+__global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
+gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
+                   const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
+    gated_delta_body<CONV, SB>(qkv, g, beta, seqs, d, out, cv);
+}
+/* The bf16-state rule budgeted for 5 blocks of 256 threads an SM (48 registers): 10 of the 128-thread blocks of dk = 128
+ * stream states at once instead of 8 (QUILL_CUDA_GDN_SB_MINB=1 takes the one above: an A/B, the same bits). */
+__global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32, 5)
+gated_delta_sb_lean_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
+                           const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
+    gated_delta_body<false, true>(qkv, g, beta, seqs, d, out, cv);
 }
 
 qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
@@ -380,7 +417,14 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         Q_TRY(st);
     }
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
-    const auto kern = dims.state_bf16 ? gated_delta_kernel<false, true> : gated_delta_kernel<false, false>;
+    static int minb = -1; /* QUILL_CUDA_GDN_SB_MINB=1: the bf16-state kernel unbudgeted (an A/B; the same bits) */
+    if (minb < 0) {
+        const char *e = getenv("QUILL_CUDA_GDN_SB_MINB");
+        minb = e && atoi(e) == 1 ? 1 : 5;
+    }
+    const auto kern = !dims.state_bf16 ? gated_delta_kernel<false, false>
+                      : minb == 1      ? gated_delta_kernel<false, true>
+                                       : gated_delta_sb_lean_kernel;
     CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out,
                      gdn_conv{}),
            "gated_delta");
