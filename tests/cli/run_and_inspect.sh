@@ -50,6 +50,10 @@ q8=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos --kv-type q8 2>/dev/null)
 b16=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos 2>/dev/null)
 check "run --kv-type q8 prints 8 ids" bash -c "echo '$q8' | grep -Eq '^[0-9]+( [0-9]+){7}$'"
 check "run --kv-type q8: the same greedy ids as bf16" test "$q8" = "$b16"
+# --gdn-state-type bf16: a greedy run completes (8 ids); a bad type is a usage error
+gs=$("$quill" run --prompt-ids 1,2,3 -n 8 --ignore-eos --gdn-state-type bf16 2>/dev/null)
+check "run --gdn-state-type bf16 prints 8 ids" bash -c "echo '$gs' | grep -Eq '^[0-9]+( [0-9]+){7}$'"
+"$quill" run --prompt-ids 1 --gdn-state-type f16 >/dev/null 2>&1; check "run --gdn-state-type f16 -> 2" test $? -eq 2
 
 # errors: usage errors exit 2, runtime errors exit 1 with a message
 "$quill" run --prompt-ids 1,,2 >/dev/null 2>"$tmp/e1"; check "bad ids -> 2" test $? -eq 2
@@ -80,6 +84,10 @@ check "inspect --kv-type f32: twice the default (bf16) K/V per token" \
 "$quill" inspect --kv-type q8 >"$tmp/i8" 2>&1
 check "inspect --kv-type q8: over half and under 0.6x the bf16 K/V per token (codes, then a scale per head)" \
   python3 -c "import sys; a, b = float('$(kib "$tmp/inspect")'), float('$(kib "$tmp/i8")'); sys.exit(not (a / 2 < b < 0.6 * a))"
+"$quill" inspect --gdn-state-type bf16 >"$tmp/is" 2>&1
+gdn() { sed -n 's/.*GDN state per stream *\([0-9.]*\) MiB.*/\1/p' "$1"; }
+check "inspect --gdn-state-type bf16: bf16 states, between half and 0.6x the default's GDN state per stream" \
+  bash -c "grep -q 'bf16 states' '$tmp/is' && python3 -c \"import sys; a, b = float('$(gdn "$tmp/inspect")'), float('$(gdn "$tmp/is")'); sys.exit(not (a / 2 < b < 0.6 * a))\""
 "$quill" inspect "$src/tests/fixtures/models/gqa4-v2k-mlx4" >"$tmp/i2" 2>&1
 check "inspect MLX model shows affine" grep -q "MLX affine" "$tmp/i2"
 

@@ -46,6 +46,16 @@ static void test_sums_and_verdict(void **state) {
     cfg.kv_type = QKV_F32;
     memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
     assert_true(f.gdn == 4 * qwen35_gdn_state_bytes(&cfg));
+    /* bf16 GDN states (--gdn-state-type bf16): the recurrent states at half the bytes, the f32 conv windows unchanged */
+    const int64_t gdn_f32 = f.gdn;
+    int64_t n_gdn = 0;
+    for (int l = 0; l < cfg.n_layers; l++) n_gdn += !cfg.layer_is_attn[l];
+    const int64_t S = (int64_t)cfg.lin_n_v_heads * cfg.lin_k_dim * cfg.lin_v_dim;
+    cfg.gdn_state_type = QSTATE_BF16;
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
+    assert_true(f.gdn == gdn_f32 - 4 * n_gdn * S * 2 && f.need == f.weights + f.gdn + f.scratch + f.kv + f.prompt_cache);
+    cfg.gdn_state_type = QSTATE_F32;
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &f);
     assert_true(f.prompt_cache == GIB / 2);
     assert_true(f.reserve == 2 * GIB); /* 10 % of 16 GiB is less than 2 GiB */
     assert_true(f.usable == 6 * GIB);
