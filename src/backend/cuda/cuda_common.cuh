@@ -165,6 +165,17 @@ static inline int cu_env_on(const char *name, int *cache) {
     return *cache;
 }
 
+/* The integer value of the environment variable name where it is in [lo, hi] (atoi), else dflt; read once into *cache
+ * (-1 until then; racing first readers store the same value). For the numeric A/B knobs. */
+static inline int cu_env_int(const char *name, int *cache, int dflt, int lo, int hi) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        const int v = e ? atoi(e) : 0;
+        *cache = e && v >= lo && v <= hi ? v : dflt;
+    }
+    return *cache;
+}
+
 static inline int cu_pdl_on(void) {
     static int env = -1, on = -1; /* racing first readers compute the same values */
     if (on < 0) {

@@ -7,8 +7,9 @@
  * Recurrent kernel: each column j of a head's state S[h][:][j] evolves on its own; a block owns 32
  * columns (one per lane) with the k rows split over dk/32 warps (see gated_delta_kernel). One launch
  * for all seqs: grid (Hv, dv / 32, seq); the conv takes grid (channels / 128, row tiles of 32, seq).
- * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32; out [n][Hv][dv].
- * Floor: S read and written once per seq per launch (2 * Hv*dk*dv*4 bytes) plus the rows. */
+ * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32 or bf16 (dims.state_bf16);
+ * out [n][Hv][dv]. Floor: S read and written once per seq per launch (2 * Hv*dk*dv * 4 or 2 bytes) plus the rows. */
+#include <limits.h>
 #include <stdlib.h>
 
 #include "cuda_common.cuh"
@@ -418,13 +419,10 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
     }
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
     static int minb = -1; /* QUILL_CUDA_GDN_SB_MINB=1: the bf16-state kernel unbudgeted (an A/B; the same bits) */
-    if (minb < 0) {
-        const char *e = getenv("QUILL_CUDA_GDN_SB_MINB");
-        minb = e && atoi(e) == 1 ? 1 : 5;
-    }
+    const bool lean = cu_env_int("QUILL_CUDA_GDN_SB_MINB", &minb, 5, 1, 1) != 1;
     const auto kern = !dims.state_bf16 ? gated_delta_kernel<false, false>
-                      : minb == 1      ? gated_delta_kernel<false, true>
-                                       : gated_delta_sb_lean_kernel;
+                      : lean           ? gated_delta_sb_lean_kernel
+                                       : gated_delta_kernel<false, true>;
     CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out,
                      gdn_conv{}),
            "gated_delta");
@@ -439,11 +437,8 @@ qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, in
     const int C = 2 * dims.n_k_heads * dims.k_dim + dims.n_v_heads * dims.v_dim;
     static int env = -1, most = -1; /* QUILL_CUDA_GDN_FUSE=0: never; QUILL_CUDA_GDN_FUSE_SEQS=N: up to N seqs (A/Bs; the same
                                      * bits) */
-    if (most < 0) {
-        const char *e = getenv("QUILL_CUDA_GDN_FUSE_SEQS");
-        most = e && atoi(e) > 0 ? atoi(e) : GDN_FUSE_SEQS;
-    }
-    int fused = kernel == GDN_CONV_K && gates->heads == dims.n_v_heads && n_seqs <= most &&
+    int fused = kernel == GDN_CONV_K && gates->heads == dims.n_v_heads &&
+                n_seqs <= cu_env_int("QUILL_CUDA_GDN_FUSE_SEQS", &most, GDN_FUSE_SEQS, 1, INT_MAX) &&
                 cu_env_on("QUILL_CUDA_GDN_FUSE", &env);
     for (int s = 0; s < n_seqs; s++) fused &= !seqs[s].chunked;
     if (!fused || n_seqs <= 0) {

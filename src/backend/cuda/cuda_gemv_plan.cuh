@@ -33,13 +33,10 @@ static inline size_t gemv_tc_tile_unit_bytes(int kind, int rt = 4) {
 static inline int gt_min_slice(int kind) {
     static int mode = -1, dq = -1; /* racing first callers compute the same values */
     static const char *bad;
-    if (dq < 0) {
-        const char *e = getenv("QUILL_CUDA_DQ_MIN_SLICE");
-        const int v = e ? atoi(e) : 0;
-        dq = v >= 1 && v <= 1024 ? v : GT_MIN_SLICE_DQ;
-    }
     /* the mode's code: a bad value fails where the matmul reads it (cu_decode_precision) */
-    return kind && cu_precision_code("QUILL_DECODE_PRECISION", &mode, &bad, 1) == GT_DQ ? dq : GT_MIN_SLICE;
+    return kind && cu_precision_code("QUILL_DECODE_PRECISION", &mode, &bad, 1) == GT_DQ
+               ? cu_env_int("QUILL_CUDA_DQ_MIN_SLICE", &dq, GT_MIN_SLICE_DQ, 1, 1024)
+               : GT_MIN_SLICE;
 }
 
 /* K slices: a function of the weight's shape (and the decode precision) only. Enough blocks to fill the GPU about
