@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# tests/cuda/kernel_sizes.sh: each kernel of one CUDA source as sm_90a code: its size in bytes, registers and spills,
+# as nvcc and readelf give them (no GPU needed). A kernel's code size is worth a look when a change slows launches
+# that do not run the new code (docs/performance.md, twenty-fourth pass).
+# Usage: bash tests/cuda/kernel_sizes.sh [source (src/backend/cuda/cuda_gemv.cu)] [name regex (.)] [nvcc flags...]
+set -eu
+cd "$(dirname "$0")/../.."
+src=${1:-src/backend/cuda/cuda_gemv.cu}
+re=${2:-.}
+shift $(( $# < 2 ? $# : 2 ))
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+nvcc -std=c++17 -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Isrc -Isrc/backend/cuda -Xptxas -v -cubin \
+  -o "$tmp/k.cubin" "$@" "$src" 2>"$tmp/ptxas.txt"
+readelf -SW "$tmp/k.cubin" 2>/dev/null | python3 -c '
+import re, sys
+ptxas = open(sys.argv[1]).read().split("Compiling entry function")
+regs = {}
+for blk in ptxas[1:]:
+    name = blk.split("\x27")[1]
+    r = re.search(r"Used (\d+) registers", blk); s = re.search(r"(\d+) bytes spill stores", blk)
+    regs[name] = (r.group(1) if r else "?", s.group(1) if s else "?")
+rows = []
+for line in sys.stdin:
+    m = re.search(r"\] \.text\.(\S+)\s+PROGBITS\s+\S+\s+\S+\s+([0-9a-f]+)", line)
+    if m and re.search(sys.argv[2], m.group(1)):
+        rows.append((m.group(1), int(m.group(2), 16)) + regs.get(m.group(1), ("?", "?")))
+print("| kernel (mangled) | code bytes | registers | spill stores |")
+print("|---|---|---|---|")
+for n, b, r, s in sorted(rows, key=lambda x: -x[1]):
+    print(f"| {n} | {b} | {r} | {s} |")
+' "$tmp/ptxas.txt" "$re"
