@@ -2,17 +2,18 @@
 # tests/cuda/kernel_sizes.sh: each kernel of one CUDA source as sm_90a code: its size in bytes, registers and spills,
 # as nvcc and readelf give them (no GPU needed). A kernel's code size is worth a look when a change slows launches
 # that do not run the new code (docs/performance.md, twenty-fourth pass).
+# Builds with bench_lib.sh's bench_nvcc (build-bench/kernel_sizes.cubin and its ptxas log).
 # Usage: bash tests/cuda/kernel_sizes.sh [source (src/backend/cuda/cuda_gemv.cu)] [name regex (.)] [nvcc flags...]
 set -eu
 cd "$(dirname "$0")/../.."
 src=${1:-src/backend/cuda/cuda_gemv.cu}
 re=${2:-.}
 shift $(( $# < 2 ? $# : 2 ))
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-nvcc -std=c++17 -O3 -DNDEBUG -gencode=arch=compute_90a,code=sm_90a -Isrc -Isrc/backend/cuda -Xptxas -v -cubin \
-  -o "$tmp/k.cubin" "$@" "$src" 2>"$tmp/ptxas.txt"
-readelf -SW "$tmp/k.cubin" 2>/dev/null | python3 -c '
+. tests/cuda/bench_lib.sh
+mkdir -p build-bench
+log=build-bench/kernel_sizes.ptxas.txt
+bench_nvcc kernel_sizes.cubin "$log" -DNDEBUG -Xptxas -v -cubin "$@" -- "$src" # the CMake Release build's -DNDEBUG
+readelf -SW build-bench/kernel_sizes.cubin 2>/dev/null | python3 -c '
 import re, sys
 ptxas = open(sys.argv[1]).read().split("Compiling entry function")
 regs = {}
@@ -29,4 +30,4 @@ print("| kernel (mangled) | code bytes | registers | spill stores |")
 print("|---|---|---|---|")
 for n, b, r, s in sorted(rows, key=lambda x: -x[1]):
     print(f"| {n} | {b} | {r} | {s} |")
-' "$tmp/ptxas.txt" "$re"
+' "$log" "$re"
