@@ -61,6 +61,10 @@ typedef struct qgdn_dims {
      * 64-aligned chunk of the chunked rule. So k rows in one pass equal k passes, and a prompt cut at multiples of
      * 64 gives the same bits (EXACT(draft), EXACT(chunk)), as with f32. (SGLang's --mamba-ssm-dtype bfloat16.) */
     int state_bf16;
+    /* 1: the caller promises that the op just before this one on the backend wrote neither S nor the conv states
+     * (they were last written two or more ops back, as in a model's step: the in projection, then the conv, then
+     * the rule), so a GPU backend may read them before that op completes. 0 (default) for any order. */
+    int states_settled;
 } qgdn_dims;
 
 typedef struct qbackend qbackend;

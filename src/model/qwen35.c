@@ -367,7 +367,7 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim,
-                            c->gdn_state_type == QSTATE_BF16};
+                            c->gdn_state_type == QSTATE_BF16, 1}; /* settled: the ops below follow a matmul, a conv */
     const qweight *W[4];
     layer_in_weights(L, W);
     float *const Y[4] = {s->qkv, s->z, s->b, s->a};

@@ -4,18 +4,22 @@
 
 The step is every kernel from the last embed_kernel (a decode step's first) to the end. Prints one row per
 kernel name (template arguments kept: they name the variant), its launches, microseconds and share.
+With --medians: every launch in the file (any run, e.g. `ncu -k regex:...` over a whole bench), one row per
+kernel name and grid, its launches and median microseconds.
 
-Usage: python3 tests/cuda/ncu_step_table.py CSV[.gz]"""
+Usage: python3 tests/cuda/ncu_step_table.py [--medians] CSV[.gz]"""
 import collections
 import csv
 import gzip
+import statistics
 import sys
 
 
 def main():
-    if len(sys.argv) != 2:
+    medians = len(sys.argv) == 3 and sys.argv[1] == '--medians'
+    if len(sys.argv) != 2 and not medians:
         sys.exit(__doc__)
-    path = sys.argv[1]
+    path = sys.argv[-1]
     opener = gzip.open if path.endswith('.gz') else open
     with opener(path, 'rt') as f:
         rows = list(csv.reader(line for line in f if line.startswith('"')))
@@ -23,6 +27,17 @@ def main():
     ti, ni = head.index('gpu__time_duration.sum'), head.index('Kernel Name')
     scale = {'ns': 1e-3, 'nsecond': 1e-3, 'us': 1.0, 'usecond': 1.0, 'ms': 1e3, 'msecond': 1e3}[units[ti]]
     kernels = [(r[ni].split('(')[0], float(r[ti].replace(',', '')) * scale) for r in rows[2:] if len(r) > ti and r[ti]]
+    if medians:
+        gi = head.index('Grid Size')
+        by = collections.defaultdict(list)
+        for r in rows[2:]:
+            if len(r) > ti and r[ti]:
+                by[(r[ni].split('(')[0].replace('void ', ''), r[gi])].append(float(r[ti].replace(',', '')) * scale)
+        print('| kernel | grid | launches | median us |')
+        print('|---|---|---|---|')
+        for (name, grid), ts in sorted(by.items(), key=lambda kv: -sum(kv[1])):
+            print(f'| {name} | {grid} | {len(ts)} | {statistics.median(ts):.1f} |')
+        return
     starts = [i for i, (name, _) in enumerate(kernels) if name == 'embed_kernel']
     if not starts:
         sys.exit('no embed_kernel: not a decode run')

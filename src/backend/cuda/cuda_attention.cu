@@ -250,7 +250,7 @@ __device__ __forceinline__ void att_accumulate(const float (&d)[ATT_GROUP], cons
 template <int VEC, typename T>
 __global__ void __launch_bounds__(ATT_SPLIT_WARPS * 32, 2)
 attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_tab rows, int n_q, int n_kv, int dim,
-                       float scale, int max_splits, float *__restrict__ part) {
+                       float scale, int max_splits, float *__restrict__ part, float *__restrict__ out1) {
     cu_pdl_enter();
     __shared__ float part_m[ATT_SPLIT_WARPS][ATT_GROUP], part_l[ATT_SPLIT_WARPS][ATT_GROUP];
     __shared__ float part_acc[ATT_SPLIT_WARPS][ATT_GROUP][ATT_MAX_PER_LANE * 32];
@@ -310,40 +310,55 @@ attention_split_kernel(const float *__restrict__ q, const __grid_constant__ cu_t
         float L = 0.0f;
         for (int w = 0; w < ATT_SPLIT_WARPS; w++) L += part_l[w][hh] * expf(part_m[w][hh] - M); /* empty warps: 0 */
         float *o = part + (((int64_t)blockIdx.x * n_q + h0 + hh) * max_splits + split) * (dim + 2);
-        if (threadIdx.x == 0) o[0] = M, o[1] = L;
+        float *o1 = out1 ? out1 + ((int64_t)rw.row * n_q + h0 + hh) * dim : NULL; /* one split: the output */
+        if (threadIdx.x == 0 && !o1) o[0] = M, o[1] = L;
         for (int i = threadIdx.x; i < dim; i += ATT_SPLIT_WARPS * 32) {
             float v = 0.0f;
             for (int w = 0; w < ATT_SPLIT_WARPS; w++) v += part_acc[w][hh][i] * expf(part_m[w][hh] - M);
-            o[2 + i] = v;
+            if (o1) o1[i] = att_one_split(v, L);
+            else o[2 + i] = v;
         }
     }
 }
 
-/* The combine: a block per (row, head, 32 dims), so a long row's merge spreads over dim / 32 blocks (at
- * 32k one block per (row, head) took 15 us per layer: a chain of L2 latencies on 16 SMs). The block
- * stages every split's (m_s, l_s) in shared memory, takes the max M (any order gives the same value),
- * then e_s = exp(m_s - M); warp w sums splits w, w + W, ... of its lane's dim in that order (loads of
- * ATT_COMB_UNROLL splits in flight), the warps' sums add in warp order, and L = sum l_s e_s is a fixed
- * strided sum and butterfly. A fixed order for a given number of splits, so a row's result depends only on
- * its position (EXACT(batch)). Dynamic shared memory: att_combine_smem (all of it there, in whole 16-byte
- * quads: compute-sanitizer once flagged a read past a small table with a static array beside it). */
+/* The combine: a block per (row, head, 32 PL dims), each thread PL consecutive dims of them. PL is chosen per
+ * launch (att_comb_pl) and changes no arithmetic: a dim's sum is the same whatever block or thread takes it.
+ * The block stages every split's (m_s, l_s) in shared memory, takes the max M (any order gives the same value),
+ * then e_s = exp(m_s - M); warp w sums splits w, w + W, ... of its thread's dims in that order (loads of
+ * ATT_COMB_UNROLL splits in flight), the warps' sums add in warp order, and L = sum l_s e_s is a fixed strided
+ * sum and butterfly. A fixed order for a given number of splits, so a row's result depends only on its position
+ * (EXACT(batch)). Why PL: many rows of few splits (64 streams at 512 positions, 3 splits) took 25 us a layer at
+ * PL 1, 8,192 blocks of 256 threads each repeating the block's setup and barriers for 32 dims; one row of many
+ * splits (32k) needs the dims spread (PL 1: at one block per (row, head) it took 15 us a layer, a chain of L2
+ * latencies on 16 SMs). Dynamic shared memory: att_combine_smem (all of it there, in whole 16-byte quads:
+ * compute-sanitizer once flagged a read past a small table with a static array beside it). */
 #define ATT_COMB_WARPS 8
 #define ATT_COMB_UNROLL 8 /* splits a warp loads before it sums them */
 #define ATT_COMB_MAX_SPLITS 5000 /* l_s and m_s / e_s in 41 KB of shared memory: positions to 1,280,000 */
+#define ATT_COMB_MAX_PL 8 /* dims a thread: head dims to 256 in one block */
+#define ATT_COMB_MIN_BLOCKS 256 /* the largest PL that still gives about two blocks an SM */
 #define ATT_COMB_PAD(n) (((n) + 3) & ~3)
-static size_t att_combine_smem(int max_splits) {
-    return (32 + 2 * (size_t)ATT_COMB_PAD(max_splits) + (size_t)ATT_COMB_WARPS * 32) * sizeof(float);
+static size_t att_combine_smem(int max_splits, int pl) {
+    return (32 + 2 * (size_t)ATT_COMB_PAD(max_splits) + (size_t)ATT_COMB_WARPS * 32 * pl) * sizeof(float);
 }
+static int att_comb_pl(int n_rows, int n_q, int dim, int max_splits) {
+    int pl = ATT_COMB_MAX_PL;
+    while (pl > 1 && (dim % (32 * pl) || (int64_t)n_rows * n_q * (dim / (32 * pl)) < ATT_COMB_MIN_BLOCKS ||
+                      att_combine_smem(max_splits, pl) > 48 * 1024)) /* the default limit; PL 1 fits it */
+        pl /= 2;
+    return pl;
+}
+template <int PL>
 __global__ void __launch_bounds__(ATT_COMB_WARPS * 32)
 attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
                          const float *__restrict__ part, float *__restrict__ out) {
-    /* red[32], l_s, e_s (ATT_COMB_PAD(max_splits) each; e_s holds m_s until it is known), sums[W][32] */
+    /* red[32], l_s, e_s (ATT_COMB_PAD(max_splits) each; e_s holds m_s until it is known), sums[W][32 PL] */
     extern __shared__ float4 comb4[];
     float *red = (float *)comb4, *ls = red + 32, *es = ls + ATT_COMB_PAD(max_splits);
     float *sums = es + ATT_COMB_PAD(max_splits);
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
-    const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1, d = blockIdx.z * 32 + (threadIdx.x & 31);
+    const int h = blockIdx.y, n_splits = rw.pos / ATT_SPLIT + 1, d0 = blockIdx.z * 32 * PL;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t stride = dim + 2;
     const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * stride;
@@ -366,31 +381,55 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
     lsum = warp_sum(lsum);
     __syncthreads(); /* es complete; every warp is past its read of red */
     if (lane == 0) red[warp] = lsum;
-    float o = 0.0f;
+    float o[PL] = {};
+    const float *pd = p + 2 + d0 + lane * PL; /* 8-byte aligned with PL even (stride and d0 are) */
     for (int s0 = warp; s0 < n_splits; s0 += ATT_COMB_UNROLL * ATT_COMB_WARPS) {
-        float x[ATT_COMB_UNROLL]; /* the loads of UNROLL splits first, then their sums in order */
+        float x[ATT_COMB_UNROLL][PL]; /* the loads of UNROLL splits first, then their sums in order */
 #pragma unroll
         for (int u = 0; u < ATT_COMB_UNROLL; u++) {
             const int s = s0 + u * ATT_COMB_WARPS;
-            x[u] = s < n_splits ? __ldcg(p + s * stride + 2 + d) : 0.0f;
+#pragma unroll
+            for (int k = 0; k < PL; k += PL > 1 ? 2 : 1) {
+                if constexpr (PL > 1) {
+                    const float2 v = s < n_splits ? __ldcg((const float2 *)(pd + s * stride + k)) : make_float2(0, 0);
+                    x[u][k] = v.x, x[u][k + 1] = v.y;
+                } else {
+                    x[u][k] = s < n_splits ? __ldcg(pd + s * stride + k) : 0.0f;
+                }
+            }
         }
 #pragma unroll
         for (int u = 0; u < ATT_COMB_UNROLL; u++) {
             const int s = s0 + u * ATT_COMB_WARPS;
-            if (s < n_splits) o = fmaf(x[u], es[s], o);
+            if (s < n_splits)
+#pragma unroll
+                for (int k = 0; k < PL; k++) o[k] = fmaf(x[u][k], es[s], o[k]);
         }
     }
-    sums[warp * 32 + lane] = o;
+#pragma unroll
+    for (int k = 0; k < PL; k++) sums[warp * 32 * PL + lane * PL + k] = o[k];
     __syncthreads();
-    if (warp == 0) {
-        float L = red[0], v = sums[lane];
-        for (int w = 1; w < ATT_COMB_WARPS; w++) L += red[w], v += sums[w * 32 + lane];
-        out[((int64_t)rw.row * n_q + h) * dim + d] = v / L;
+    float L = red[0];
+    for (int w = 1; w < ATT_COMB_WARPS; w++) L += red[w];
+    for (int i = threadIdx.x; i < 32 * PL; i += blockDim.x) {
+        float v = sums[i];
+        for (int w = 1; w < ATT_COMB_WARPS; w++) v += sums[w * 32 * PL + i];
+        out[((int64_t)rw.row * n_q + h) * dim + d0 + i] = v / L;
     }
+}
+static cudaError_t att_combine_launch(cudaStream_t st, const cu_tab &tab, int n_rows, int n_q, int dim,
+                                      int max_splits, const float *part, float *out) {
+    const int pl = att_comb_pl(n_rows, n_q, dim, max_splits);
+    void (*k)(const cu_tab, int, int, int, const float *, float *) =
+        pl == 8 ? attention_combine_kernel<8> : pl == 4 ? attention_combine_kernel<4>
+        : pl == 2 ? attention_combine_kernel<2> : attention_combine_kernel<1>;
+    return cu_launch(k, dim3((unsigned)n_rows, (unsigned)n_q, (unsigned)(dim / (32 * pl))), ATT_COMB_WARPS * 32,
+                     att_combine_smem(max_splits, pl), st, tab, n_q, dim, max_splits, part, out);
 }
 
 /* The split kernel for element type T: 16-byte row loads where dim allows (att_slot_load). */
-template <typename T> static void (*att_split_for(int dim))(const float *, const cu_tab, int, int, int, float, int, float *) {
+template <typename T>
+static void (*att_split_for(int dim))(const float *, const cu_tab, int, int, int, float, int, float *, float *) {
     constexpr int V = sizeof(T) == 1 ? 1 : 16 / sizeof(T); /* q8: a code a lane (kv_widen16 is f32 / bf16's) */
     return dim % (32 * V) == 0 ? attention_split_kernel<V, T> : attention_split_kernel<1, T>;
 }
@@ -429,18 +468,18 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
            "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
     const dim3 grid((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits);
+    float *out1 = max_splits == 1 ? out : NULL; /* every row in one split: no combine (att_one_split) */
     cudaError_t e = cudaErrorNotSupported;
     if (sizeof(T) < 4 && cuda_att_tc_on()) /* bf16 and q8 caches: tensor cores where the head dim allows */
         e = (sizeof(T) == 2 ? cuda_att_split_tc : cuda_att_split_tc8)(grid, cu_stream(be), q, dtab, n_q, n_kv, dim,
-                                                                      scale, max_splits, part);
+                                                                      scale, max_splits, part, out1);
     if (e == cudaErrorNotSupported)
         e = cu_launch(att_split_for<T>(dim), grid, ATT_SPLIT_WARPS * 32, 0, cu_stream(be), q, dtab, n_q, n_kv, dim,
-                      scale, max_splits, part);
+                      scale, max_splits, part, out1);
     CU_TRY(e, "attention (decode split)");
-    CU_TRY(cu_launch(attention_combine_kernel, dim3((unsigned)n_rows, (unsigned)n_q, (unsigned)(dim / 32)),
-                     ATT_COMB_WARPS * 32, att_combine_smem(max_splits), cu_stream(be),
-                     dtab, n_q, dim, max_splits, part, out),
-           "attention (decode combine)");
+    if (!out1)
+        CU_TRY(att_combine_launch(cu_stream(be), dtab, n_rows, n_q, dim, max_splits, part, out),
+               "attention (decode combine)");
     return Q_OK;
 }
 

@@ -26,10 +26,17 @@ static inline int cuda_att_tc_on(void) {
 }
 
 /* Launches the tensor-core split kernel over bf16 (tc) or q8 (tc8) caches for grid (rows, kv heads x head
- * groups, max_splits); cudaErrorNotSupported (nothing launched) when it does not take the head dim. */
+ * groups, max_splits); cudaErrorNotSupported (nothing launched) when it does not take the head dim. out: NULL, or
+ * with max_splits 1 the attention's output, written as the combine would (att_one_split). */
 cudaError_t cuda_att_split_tc(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q, int n_kv,
-                              int dim, float scale, int max_splits, float *part);
+                              int dim, float scale, int max_splits, float *part, float *out);
 cudaError_t cuda_att_split_tc8(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q, int n_kv,
-                               int dim, float scale, int max_splits, float *part);
+                               int dim, float scale, int max_splits, float *part, float *out);
+
+/* A row's output when all its keys are in one split: the combine's sum with e_0 = exp(m_0 - m_0) = 1, so
+ * fmaf(v, 1, 0) = v + 0 (the +0 turns -0 into +0, as the combine's does), over L = l_0, bit for bit. With one
+ * split in the whole batch the split kernels write this and the combine is not launched: at short contexts
+ * that is 8 launches a step fewer on the 9B. */
+__device__ __forceinline__ float att_one_split(float v, float l) { return (v + 0.0f) / l; }
 
 #endif

@@ -222,7 +222,7 @@ template <int D, typename F> struct atc_smem_cfg {
 template <int D, typename F>
 __global__ void __launch_bounds__(32 * F::WARPS)
 attention_split_tc_kernel(const float *__restrict__ q, const __grid_constant__ cu_tab rows, int n_q, int n_kv,
-                          float scale, int max_splits, float *__restrict__ part) {
+                          float scale, int max_splits, float *__restrict__ part, float *__restrict__ out1) {
     typedef typename F::T T;
     constexpr int KS = D / 16; /* k-steps of S; 16-dim blocks of O */
     extern __shared__ uint4 atc_smem[];
@@ -323,7 +323,14 @@ attention_split_tc_kernel(const float *__restrict__ q, const __grid_constant__ c
     const int64_t hstride = (int64_t)max_splits * (D + 2);
     float *mo = (float *)atc_smem;
     if constexpr (F::WARPS > 1) __syncthreads();
-    if (F::WARPS > 1 || t < nh) {
+    if (F::WARPS == 1 && out1 && t < nh) { /* one split: the final output (att_one_split) */
+        float *o = out1 + ((int64_t)rw.row * n_q + h0 + t) * D;
+#pragma unroll
+        for (int i = 0; i < KS; i++) {
+            o[F::out_dim(i, g, 0)] = att_one_split(acc[i][0] + acc[i][1], l);
+            o[F::out_dim(i, g, 1)] = att_one_split(acc[i][2] + acc[i][3], l);
+        }
+    } else if (F::WARPS > 1 || t < nh) {
         float *o = F::WARPS > 1 ? mo + (warp * ATT_GROUP + t) * (D + 2) : out + t * hstride;
         if (g == 0) o[0] = m, o[1] = l;
 #pragma unroll
@@ -338,10 +345,15 @@ attention_split_tc_kernel(const float *__restrict__ q, const __grid_constant__ c
             const int hh = x / (D + 1), d = x % (D + 1);
             float M = mo[hh * (D + 2)];
             for (int w = 1; w < F::WARPS; w++) M = fmaxf(M, mo[(w * ATT_GROUP + hh) * (D + 2)]); /* warp 0: finite */
-            float v = 0.0f;
+            float v = 0.0f, L = 0.0f;
             for (int w = 0; w < F::WARPS; w++) {
-                const float *ow = mo + (w * ATT_GROUP + hh) * (D + 2);
-                v += (d ? ow[1 + d] : ow[1]) * expf(ow[0] - M); /* no keys: l = 0, zeros, exp(-inf) = 0 */
+                const float *ow = mo + (w * ATT_GROUP + hh) * (D + 2), e = expf(ow[0] - M);
+                v = fmaf(d ? ow[1 + d] : ow[1], e, v); /* no keys: l = 0, zeros, exp(-inf) = 0 */
+                if (out1) L = fmaf(ow[1], e, L);      /* item d = 0's v: the same sum */
+            }
+            if (out1) { /* one split: the final output (att_one_split) */
+                if (d) out1[((int64_t)rw.row * n_q + h0 + hh) * D + d - 1] = att_one_split(v, L);
+                continue;
             }
             float *oh = out + hh * hstride;
             if (d) oh[1 + d] = v;
@@ -352,8 +364,8 @@ attention_split_tc_kernel(const float *__restrict__ q, const __grid_constant__ c
 
 template <template <int> class F>
 static cudaError_t att_split_tc_launch(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q,
-                                       int n_kv, int dim, float scale, int max_splits, float *part) {
-    void (*k)(const float *, const cu_tab, int, int, float, int, float *) =
+                                       int n_kv, int dim, float scale, int max_splits, float *part, float *out) {
+    void (*k)(const float *, const cu_tab, int, int, float, int, float *, float *) =
         dim == 64 ? attention_split_tc_kernel<64, F<64>> : dim == 128 ? attention_split_tc_kernel<128, F<128>>
         : dim == 256 ? attention_split_tc_kernel<256, F<256>> : NULL;
     if (!k) return cudaErrorNotSupported;
@@ -363,15 +375,15 @@ static cudaError_t att_split_tc_launch(dim3 grid, cudaStream_t st, const float *
         const cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
     }
-    return cu_launch(k, grid, 32 * F<64>::WARPS, smem, st, q, rows, n_q, n_kv, scale, max_splits, part);
+    return cu_launch(k, grid, 32 * F<64>::WARPS, smem, st, q, rows, n_q, n_kv, scale, max_splits, part, out);
 }
 
 cudaError_t cuda_att_split_tc(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q, int n_kv,
-                              int dim, float scale, int max_splits, float *part) {
-    return att_split_tc_launch<atc_bf16>(grid, st, q, rows, n_q, n_kv, dim, scale, max_splits, part);
+                              int dim, float scale, int max_splits, float *part, float *out) {
+    return att_split_tc_launch<atc_bf16>(grid, st, q, rows, n_q, n_kv, dim, scale, max_splits, part, out);
 }
 
 cudaError_t cuda_att_split_tc8(dim3 grid, cudaStream_t st, const float *q, const cu_tab &rows, int n_q, int n_kv,
-                               int dim, float scale, int max_splits, float *part) {
-    return att_split_tc_launch<atc_q8>(grid, st, q, rows, n_q, n_kv, dim, scale, max_splits, part);
+                               int dim, float scale, int max_splits, float *part, float *out) {
+    return att_split_tc_launch<atc_q8>(grid, st, q, rows, n_q, n_kv, dim, scale, max_splits, part, out);
 }

@@ -231,7 +231,9 @@ template <bool CONV, bool SB>
 __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, const float *__restrict__ g,
                                                  const float *__restrict__ beta, const cu_tab &seqs, const qgdn_dims &d,
                                                  float *__restrict__ out, const gdn_conv &cv) {
-    if constexpr (!CONV) cu_pdl_enter();
+    /* the states' loads before the wait where the caller says the op before did not write them (d.states_settled) */
+    const bool early = d.states_settled;
+    if (!early) cu_pdl_enter();
     __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32];
     __shared__ int writer;
     const int h = blockIdx.x;
@@ -239,7 +241,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     const int row0 = sd.row0, n_rows = sd.n_rows;
     float *S = sd.state;
     if (n_rows == 0) { /* an empty seq may come with no state (as on the CPU) */
-        if constexpr (CONV) cu_pdl_enter();
+        if (early) cu_pdl_enter();
         return;
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = d.k_dim / 32;
@@ -272,13 +274,14 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
 #pragma unroll
         for (int c = 0; c < 32; c++) s[c] = col ? Sh[(int64_t)c * d.v_dim] : 0.0f;
     }
+    if (!CONV && early) cu_pdl_enter(); /* q, k, v and the gates are the op before's */
     /* CONV: thread i's q and k channels, the lane's v channel (blockDim.x == dk) */
     const int64_t cq = (int64_t)hk * d.k_dim + threadIdx.x, ck = cq + (int64_t)d.n_k_heads * d.k_dim;
     const int64_t cvj = 2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + (col ? j : 0);
     gdn_conv_ch wq, wk, wv;
-    if constexpr (CONV) { /* the states and weights before the wait: the states are this op's of the last step */
+    if constexpr (CONV) { /* the states and weights (before the wait where early) */
         wq.load(sd.conv, cv.w, width, cq), wk.load(sd.conv, cv.w, width, ck), wv.load(sd.conv, cv.w, width, cvj);
-        cu_pdl_enter();
+        if (early) cu_pdl_enter();
     }
     for (int t = 0; t < n_rows; t++) {
         const float *row = qkv + (int64_t)(row0 + t) * width;

@@ -146,8 +146,7 @@ __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], in
     cu_cluster_sync();
     const int r0 = cu_cluster_rank() - P.s;
     const uint32_t at = cu_smem_addr(sums);
-    switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER */
-    case 1: gdq_cluster_sum<Q, NT, 1>(n, P, ss, sq, at, r0); break;
+    switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER, at least 2 (gdq_cluster) */
     case 2: gdq_cluster_sum<Q, NT, 2>(n, P, ss, sq, at, r0); break;
     case 4: gdq_cluster_sum<Q, NT, 4>(n, P, ss, sq, at, r0); break;
     default: gdq_cluster_sum<Q, NT, 8>(n, P, ss, sq, at, r0); break;

@@ -260,8 +260,8 @@ static inline int gdq_cluster_on(void) {
 static inline int gdq_cluster(const gt_job &job, int nt) {
     int c = 1;
     for (int i = 0; i < job.count; i++) c = std::max(c, job.S[i]);
-    for (int i = 0; i < job.count; i++)
-        if (c % job.S[i] != 0 || (job.start[i + 1] - job.start[i]) % c != 0) return 0;
+    for (int i = 0; i < job.count; i++) /* a one-slice weight's sums go straight to y in gt_finish (no partials) */
+        if (job.S[i] < 2 || c % job.S[i] != 0 || (job.start[i + 1] - job.start[i]) % c != 0) return 0;
     return c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER) && gdq_cluster_on() ? c : 0;
 }
 template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
