@@ -96,12 +96,14 @@ typedef struct qnorm {
     float eps;
 } qnorm;
 
-/* The GDN gates' operands (gdn_gates), for conv1d_silu_gates: a, b, g, beta [n][heads]. */
+/* The GDN gates' operands (gdn_gates), for conv1d_silu_gates: a, b, g, beta [n][heads]. conv_settled: as
+ * qgdn_dims.states_settled, for the conv states of conv1d_silu_gates (the op just before did not write them). */
 typedef struct qgdn_gates {
     const float *a, *b, *A_log, *dt_bias;
     float *g, *beta;
     int64_t n;
     int heads;
+    int conv_settled;
 } qgdn_gates;
 
 typedef struct qbackend_ops {

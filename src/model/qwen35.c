@@ -376,7 +376,7 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
         s->p0[i] = states[s->seq_stream[i]]->conv[l];
         s->p1[i] = states[s->seq_stream[i]]->S[l];
     }
-    const qgdn_gates gates = {s->a, s->b, w->A_log, w->dt_bias, s->g, s->beta, n, dims.n_v_heads};
+    const qgdn_gates gates = {s->a, s->b, w->A_log, w->dt_bias, s->g, s->beta, n, dims.n_v_heads, 1};
     const int C = qwen35_conv_dim(c);
     if (be->ops->conv_gated_delta) {
         Q_TRY(be->ops->conv_gated_delta(be, s->qkv, s->seqs, n_seqs, s->p0, w->conv_w, c->conv_kernel, s->qkv_c,

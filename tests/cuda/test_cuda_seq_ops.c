@@ -197,7 +197,7 @@ static void conv_gated_delta_case(qgdn_dims d, buf x, buf w, buf a, buf b, buf A
         OK(gpu->ops->copy(gpu, S[1][i].g, S[0][i].g, S[0][i].bytes));
         for (int v = 0; v < 2; v++) stp[v][i] = st[v][i].g, Sp[v][i] = S[v][i].g;
     }
-    const qgdn_gates q = {a.g, b.g, Al.g, dt.g, g.g, be.g, (int64_t)n, d.n_v_heads};
+    const qgdn_gates q = {a.g, b.g, Al.g, dt.g, g.g, be.g, (int64_t)n, d.n_v_heads, 0};
     int same = 1;
     for (int rep = 0; rep < 2; rep++) {
         OK(gpu->ops->conv1d_silu_gates(gpu, x.g, seqs, ns, stp[0], w.g, C, K, y.g, &q));
@@ -215,7 +215,7 @@ static void conv_gated_delta_case(qgdn_dims d, buf x, buf w, buf a, buf b, buf A
 }
 
 static void test_gdn(void) {
-    const qgdn_dims d = {4, 8, 128, 128, 0};
+    const qgdn_dims d = {4, 8, 128, 128, 0, 0};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, n = 90;
     buf x = mk_rand((size_t)n * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)n * C * 4, NULL);
     buf stA = mk_rand((size_t)(K - 1) * C, 1.0f), stB = mk_rand((size_t)(K - 1) * C, 1.0f);
@@ -239,7 +239,7 @@ static void test_gdn(void) {
         OK(gpu->ops->copy(gpu, stA3.g, stA2.g, stA2.bytes));
         OK(gpu->ops->copy(gpu, stB3.g, stB2.g, stB2.bytes));
         float *s2[2] = {stA2.g, stB2.g}, *s3[2] = {stA3.g, stB3.g};
-        const qgdn_gates q = {a.g, b.g, Al.g, dt.g, g2.g, be2.g, n, d.n_v_heads};
+        const qgdn_gates q = {a.g, b.g, Al.g, dt.g, g2.g, be2.g, n, d.n_v_heads, 0};
         OK(gpu->ops->conv1d_silu_gates(gpu, x.g, seqs, 2, s2, w.g, C, K, y2.g, &q));
         OK(gpu->ops->conv1d_silu(gpu, x.g, seqs, 2, s3, w.g, C, K, y3.g));
         const buf pairs[5][2] = {{y3, y2}, {g, g2}, {be, be2}, {stA3, stA2}, {stB3, stB2}};
@@ -334,7 +334,7 @@ static void test_many_seqs(void) {
     attention_many_case(12, 2, 128, QW_Q8);
     attention_many_case(8, 2, 64, QW_Q8);
     enum { NS = 130 };
-    const qgdn_dims d = {2, 4, 64, 64, 0};
+    const qgdn_dims d = {2, 4, 64, 64, 0, 0};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, Hv = d.n_v_heads;
     const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim, ow = (size_t)Hv * d.v_dim;
     buf x = mk_rand((size_t)NS * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)NS * C * 4, NULL);
@@ -481,7 +481,7 @@ static void gdn_chunked_case(qgdn_dims d, float gmax) {
  * recurrent seqs a row each), the pieces sharing calls, gives the whole call's bits. */
 static void test_gdn_bf16_state(void) {
     enum { NS = 4 };
-    const qgdn_dims d = {4, 8, 128, 128, 1};
+    const qgdn_dims d = {4, 8, 128, 128, 1, 0};
     const int lens[NS] = {200, 65, 6, 1}, pos0s[NS] = {0, 100, 40, 7}, chk[NS] = {1, 1, 0, 0};
     const int Hv = d.n_v_heads, no = Hv * d.v_dim;
     const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim;
@@ -551,10 +551,10 @@ static void test_gdn_bf16_state(void) {
 }
 
 static void test_gdn_chunked(void) {
-    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0}, 1.0f);
-    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0}, 8.0f);
-    gdn_chunked_case((qgdn_dims){2, 4, 32, 32, 0}, 0.05f);
-    gdn_chunked_case((qgdn_dims){2, 4, 64, 96, 0}, 1.0f);
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0, 0}, 1.0f);
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0, 0}, 8.0f);
+    gdn_chunked_case((qgdn_dims){2, 4, 32, 32, 0, 0}, 0.05f);
+    gdn_chunked_case((qgdn_dims){2, 4, 64, 96, 0, 0}, 1.0f);
 }
 
 int main(void) {

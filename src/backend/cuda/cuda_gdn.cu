@@ -67,7 +67,7 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
                        const float *dt_bias, float *g, float *beta) {
     const int64_t total = n * heads;
     if (total <= 0) return Q_OK;
-    const qgdn_gates q = {a, b, A_log, dt_bias, g, beta, n, heads};
+    const qgdn_gates q = {a, b, A_log, dt_bias, g, beta, n, heads, 0};
     CU_TRY(cu_launch(gdn_gates_kernel, cu_blocks(total, 256), 256, 0, cu_stream(be), q), "gdn_gates");
     return Q_OK;
 }
@@ -84,9 +84,9 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
 template <int KT>
 __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_constant__ cu_tab seqs,
                                    const float *__restrict__ w, int C, int K_rt, float *__restrict__ y,
-                                   const qgdn_gates gates, unsigned conv_bx) {
+                                   const qgdn_gates gates, unsigned conv_bx, int early) {
     const int K = KT ? KT : K_rt;
-    cu_pdl_enter();
+    if (!early || blockIdx.x >= conv_bx) cu_pdl_enter();
     if (blockIdx.x >= conv_bx) { /* the gates' blocks (cuda_conv1d_silu_gates) */
         const int64_t gb = gridDim.x - conv_bx, blk = ((int64_t)blockIdx.z * gridDim.y + blockIdx.y) * gb;
         const int64_t i = (blk + blockIdx.x - conv_bx) * blockDim.x + threadIdx.x;
@@ -98,15 +98,29 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_con
     const int row0 = sd.row0, n_rows = sd.n_rows;
     float *state = sd.state;
     const int t0 = blockIdx.y * CONV_ROWS, t1 = min(n_rows, t0 + CONV_ROWS);
-    if (c >= C || t0 >= n_rows) return; /* an empty seq may come with no state (as on the CPU) */
+    if (c >= C || t0 >= n_rows) { /* an empty seq may come with no state (as on the CPU) */
+        if (early) cu_pdl_enter();
+        return;
+    }
     /* input at seq time tau: a row of x, or for tau < 0 the state entry K-1+tau (oldest first) */
 #define CONV_IN(tau) ((tau) >= 0 ? x[(int64_t)(row0 + (tau)) * C + c] : state[(int64_t)(K - 1 + (tau)) * C + c])
+    /* the weights and the window's state entries first, and with early (gates.conv_settled: the op before did not
+     * write the states) before the wait; x's rows after it */
     float win[CONV_MAX_K]; /* win[0..K-2]: the previous inputs, oldest first */
 #pragma unroll
-    for (int j = 0; j < CONV_MAX_K - 1; j++) win[j] = j < K - 1 ? CONV_IN(t0 - (K - 1) + j) : 0.0f;
+    for (int j = 0; j < CONV_MAX_K - 1; j++) {
+        const int tau = t0 - (K - 1) + j;
+        win[j] = j < K - 1 && tau < 0 ? state[(int64_t)(K - 1 + tau) * C + c] : 0.0f;
+    }
     float wc[CONV_MAX_K];
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K; j++) wc[j] = j < K ? w[(int64_t)c * K + j] : 0.0f;
+    if (early) cu_pdl_enter();
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_K - 1; j++) {
+        const int tau = t0 - (K - 1) + j;
+        if (j < K - 1 && tau >= 0) win[j] = x[(int64_t)(row0 + tau) * C + c];
+    }
 #pragma unroll 4 /* the rows' loads go out together */
     for (int t = t0; t < t1; t++) {
         const float xt = x[(int64_t)(row0 + t) * C + c];
@@ -152,7 +166,7 @@ static qstatus conv_launch(qbackend *be, const float *x, const qseq *seqs, int n
         grid.x += (unsigned)((n_gates + 128LL * grid.y * grid.z - 1) / (128LL * grid.y * grid.z));
     }
     CU_TRY(cu_launch(kernel == 4 ? conv1d_silu_kernel<4> : conv1d_silu_kernel<0>, grid, 128, 0, cu_stream(be), x, d, w,
-                     channels, kernel, y, q, conv_bx),
+                     channels, kernel, y, q, conv_bx, gates && gates->conv_settled),
            n_gates > 0 ? "conv1d_silu_gates" : "conv1d_silu");
     return Q_OK;
 }
