@@ -26,25 +26,25 @@ def main():
     head, units = rows[0], rows[1]
     ti, ni = head.index('gpu__time_duration.sum'), head.index('Kernel Name')
     scale = {'ns': 1e-3, 'nsecond': 1e-3, 'us': 1.0, 'usecond': 1.0, 'ms': 1e3, 'msecond': 1e3}[units[ti]]
-    kernels = [(r[ni].split('(')[0], float(r[ti].replace(',', '')) * scale) for r in rows[2:] if len(r) > ti and r[ti]]
+    gi = head.index('Grid Size') if 'Grid Size' in head else None
+    kernels = [(r[ni].split('(')[0], r[gi] if gi is not None else '', float(r[ti].replace(',', '')) * scale)
+               for r in rows[2:] if len(r) > ti and r[ti]]
     if medians:
-        gi = head.index('Grid Size')
         by = collections.defaultdict(list)
-        for r in rows[2:]:
-            if len(r) > ti and r[ti]:
-                by[(r[ni].split('(')[0].replace('void ', ''), r[gi])].append(float(r[ti].replace(',', '')) * scale)
+        for name, grid, t in kernels:
+            by[(name.replace('void ', ''), grid)].append(t)
         print('| kernel | grid | launches | median us |')
         print('|---|---|---|---|')
         for (name, grid), ts in sorted(by.items(), key=lambda kv: -sum(kv[1])):
             print(f'| {name} | {grid} | {len(ts)} | {statistics.median(ts):.1f} |')
         return
-    starts = [i for i, (name, _) in enumerate(kernels) if name == 'embed_kernel']
+    starts = [i for i, (name, _, _) in enumerate(kernels) if name == 'embed_kernel']
     if not starts:
         sys.exit('no embed_kernel: not a decode run')
     step = kernels[starts[-1]:]
-    total = sum(t for _, t in step)
+    total = sum(t for _, _, t in step)
     per = collections.defaultdict(lambda: [0, 0.0])
-    for name, t in step:
+    for name, _, t in step:
         per[name][0] += 1
         per[name][1] += t
     print(f'{len(step)} kernels, {total:.1f} us of kernel time in the step')
