@@ -5,8 +5,9 @@
  * (when dk, dv are multiples of 32, dk <= 128); the others (decode, drafts) run the recurrent rule
  * token by token here. A seq's arithmetic depends only on its own rows: EXACT(batch), EXACT(chunk).
  * Recurrent kernel: each column j of a head's state S[h][:][j] evolves on its own; a block owns 32
- * columns (one per lane) with the k rows split over dk/32 warps (see gated_delta_kernel). One launch
- * for all seqs: grid (Hv, dv / 32, seq); the conv takes grid (channels / 128, row tiles of 32, seq).
+ * columns (one per lane; bf16 states: 64, a pair per lane) with the k rows split over dk/32 warps (see
+ * gated_delta_body). One launch for all seqs: grid (Hv, dv / 32 or 64, seq); the conv takes grid
+ * (channels / 128, row tiles of 32, seq).
  * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32 or bf16 (dims.state_bf16);
  * out [n][Hv][dv]. Floor: S read and written once per seq per launch (2 * Hv*dk*dv * 4 or 2 bytes) plus the rows. */
 #include <limits.h>
@@ -184,11 +185,13 @@ qstatus cuda_conv1d_silu_gates(qbackend *be, const float *x, const qseq *seqs, i
     return conv_launch(be, x, seqs, n_seqs, state, w, channels, kernel, y, gates);
 }
 
-/* Recurrent rule: a block owns 32 columns j of one head's state (lane = column, so every state access
- * is a coalesced 128-byte row) and the k rows are split over dk/32 warps, 32 state values per thread
- * in registers. Per token: q and k go through shared memory (their norms are fixed-order warp sums,
- * the same in every warp); the dot products k.S[:,j] and q.S[:,j] are each thread's 32-term fma chain,
- * then the warps' partials summed in warp order. */
+/* Recurrent rule: a block owns 32 CP columns j of one head's state (lane = CP adjacent columns, so every state
+ * access is a coalesced row) and the k rows are split over dk/32 warps, 32 CP state values per thread in
+ * registers. Per token: q and k go through shared memory (their norms are fixed-order warp sums, the same in
+ * every warp); the dot products k.S[:,j] and q.S[:,j] are each thread's 32-term fma chain per column, then the
+ * warps' partials summed in warp order. A column's arithmetic is the same whatever CP (CP 2: bf16 states only,
+ * the pair of columns one 4-byte word, so a warp's load is a 128-byte line and a block's fixed costs, the
+ * token's barriers and q / k loads, cover twice the state). */
 /* conv_gated_delta's extras: the conv's weights [C][GDN_CONV_K], the gates' operands (their g and beta are not
  * written) and one ticket counter per (seq, k head) in the matmul's scratch (zero, and left zero). */
 #define GDN_CONV_K 4
@@ -230,6 +233,13 @@ struct gdn_conv_ch {
 /* Value h (0: the low half) of a register holding two bf16 state values, as f32. */
 __device__ __forceinline__ float gdn_unpack(uint32_t v, int h) { return __uint_as_float(h ? v & 0xffff0000u : v << 16); }
 
+/* CP 2: the first word (row k0, columns j and j + 1; past dv the last pair, read and not used) of a thread's state
+ * values; row c's word is c (dv / 2) words on. */
+__device__ __forceinline__ const uint32_t *gdn_pair_row(const float *S, const qgdn_dims &d, int h, int k0, int j) {
+    const int64_t at = ((int64_t)h * d.k_dim + k0) * d.v_dim + (j < d.v_dim ? j : d.v_dim - 2);
+    return (const uint32_t *)((const unsigned short *)S + at);
+}
+
 template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_tab &t, int i) {
     if constexpr (CONV) return cu_tab_at<seq_desc2>(t, i);
     const seq_desc e = cu_tab_at<seq_desc>(t, i);
@@ -241,17 +251,18 @@ template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_ta
  * would, so the values are bitwise theirs. The v state is read and written by its one block; a k head's q and k
  * states are read by all (Hv / Hk) x (dv / 32) blocks of its heads, and the last of them to take the ticket (after
  * every one has read them) writes them. */
-template <bool CONV, bool SB>
+template <bool CONV, bool SB, int CP = 1>
 __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, const float *__restrict__ g,
                                                  const float *__restrict__ beta, const cu_tab &seqs, const qgdn_dims &d,
-                                                 float *__restrict__ out, const gdn_conv &cv) {
+                                                 float *__restrict__ out, const gdn_conv &cv, int h, int by, int z) {
     /* the states' loads before the wait where the caller says the op before did not write them (d.states_settled) */
     const bool early = d.states_settled;
     if (!early) cu_pdl_enter();
-    __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32];
+    static_assert(CP == 1 || (CP == 2 && SB && !CONV), "column pairs: bf16 states, the plain rule");
+    __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32 * CP];
+    __shared__ __align__(16) float sqn[32 * GDN_MAX_PER_LANE], skn[32 * GDN_MAX_PER_LANE]; /* q qn, k kn */
     __shared__ int writer;
-    const int h = blockIdx.x;
-    const seq_desc2 sd = gdn_seq_at<CONV>(seqs, blockIdx.z);
+    const seq_desc2 sd = gdn_seq_at<CONV>(seqs, z);
     const int row0 = sd.row0, n_rows = sd.n_rows;
     float *S = sd.state;
     if (n_rows == 0) { /* an empty seq may come with no state (as on the CPU) */
@@ -259,8 +270,8 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         return;
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = d.k_dim / 32;
-    const int j = blockIdx.y * 32 + lane, k0 = warp * 32;
-    const bool col = j < d.v_dim; /* lanes past dv hold zeros and write nothing */
+    const int j = (by * 32 + lane) * CP, k0 = warp * 32;
+    const bool col = j < d.v_dim; /* lanes past dv hold zeros and write nothing (CP 2: dv is even) */
     const int hk = h / (d.n_v_heads / d.n_k_heads);
     const int64_t width = 2LL * d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
     const float qscale = rsqrtf((float)d.k_dim);
@@ -269,12 +280,20 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     const int64_t s_off = (int64_t)h * d.k_dim * d.v_dim + (int64_t)k0 * d.v_dim + j;
     float *Sh = S + s_off;
     __nv_bfloat16 *Sb = (__nv_bfloat16 *)S + s_off;
-    /* SB: the 32 values stay bf16 between tokens, two to a register (sp[i]: c = 2i low, 2i + 1 high), so the kernel
-     * holds half the registers and more blocks stream states at once; a token unpacks them (s * decay twice, the same
-     * bits each time) and packs the rounded new state */
+    /* SB: the values stay bf16 between tokens, two to a register (CP 1: sp[i] holds rows c = 2i low, 2i + 1 high;
+     * CP 2: sp[c] holds row c of columns j low, j + 1 high, as stored), so the kernel holds half the registers and
+     * more blocks stream states at once; a token unpacks them (s * decay twice, the same bits each time) and packs
+     * the rounded new state */
     float s[SB ? 1 : 32];
-    uint32_t sp[SB ? 16 : 1];
-    if constexpr (SB) {
+    uint32_t sp[SB ? 16 * CP : 1];
+    if constexpr (CP == 2) { /* every lane loads (past dv: a valid pair), then takes 0, as below */
+        const uint32_t *Sr = gdn_pair_row(S, d, h, k0, j);
+        uint32_t raw[32];
+#pragma unroll
+        for (int c = 0; c < 32; c++) raw[c] = Sr[(int64_t)c * (d.v_dim / 2)];
+#pragma unroll
+        for (int c = 0; c < 32; c++) sp[c] = col ? raw[c] : 0u;
+    } else if constexpr (SB) {
         /* every lane loads (a lane past dv a valid column, then takes 0), with no branch: behind `col ? load : 0` the
          * compiler waited for each pair of loads before the next pair, 16 round trips (ncu, 64 streams: 92 us a
          * launch against f32's 77) */
@@ -312,68 +331,97 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
             kk = fmaf(b, b, kk);
         }
         const float qn = rsqrtf(warp_sum(qq) + 1e-6f) * qscale, kn = rsqrtf(warp_sum(kk) + 1e-6f);
+        /* the warp's own 32 rows of q qn and k kn, made once (the same products every thread made for itself) */
+        sqn[k0 + lane] = sq[k0 + lane] * qn, skn[k0 + lane] = sk[k0 + lane] * kn;
+        __syncwarp();
         const int64_t gi = (int64_t)(row0 + t) * d.n_v_heads + h;
-        float decay, b, vj;
+        float decay, b, vj[CP];
         if constexpr (CONV) { /* gdn_gate_at's arithmetic; v through its conv (every lane: the window moves) */
             const qgdn_gates &q = cv.gates;
             const float u = q.a[gi] + q.dt_bias[h];
             const float sp = u > 20.0f ? u : log1pf(expf(u));
             decay = expf(-expf(q.A_log[h]) * sp), b = sigmoid_f(q.b[gi]);
             const float v = wv.step(row[cvj]);
-            vj = col ? v : 0.0f;
+            vj[0] = col ? v : 0.0f;
         } else {
             decay = expf(g[gi]), b = beta[gi];
-            vj = col ? row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j] : 0.0f;
-        }
-        float dot = 0.0f;
 #pragma unroll
-        for (int c = 0; c < 32; c++) {
-            if constexpr (SB) {
-                dot = fmaf(gdn_unpack(sp[c / 2], c & 1) * decay, sk[k0 + c] * kn, dot);
-            } else {
+            for (int e = 0; e < CP; e++) vj[e] = col ? row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j + e] : 0.0f;
+        }
+        /* SB: half x of register r holds row c of column e (the packing above) */
+        auto row_of = [](int r, int x) { return CP == 1 ? 2 * r + x : r; };
+        auto col_of = [](int x) { return CP == 1 ? 0 : x; };
+        float dot[CP];
+#pragma unroll
+        for (int e = 0; e < CP; e++) dot[e] = 0.0f;
+        if constexpr (SB) { /* every column's chain in row order */
+#pragma unroll
+            for (int r = 0; r < 16 * CP; r++)
+#pragma unroll
+                for (int x = 0; x < 2; x++) {
+                    const int c = row_of(r, x), e = col_of(x);
+                    dot[e] = fmaf(gdn_unpack(sp[r], x) * decay, skn[k0 + c], dot[e]);
+                }
+        } else {
+#pragma unroll
+            for (int c = 0; c < 32; c++) {
                 s[c] *= decay;
-                dot = fmaf(s[c], sk[k0 + c] * kn, dot);
+                dot[0] = fmaf(s[c], skn[k0 + c], dot[0]);
             }
         }
-        part[warp][lane] = dot;
-        __syncthreads();
-        float kS = 0.0f;
-        for (int w = 0; w < n_warps; w++) kS += part[w][lane];
-        const float delta = b * (vj - kS);
-        float o = 0.0f;
-        if constexpr (SB) {
 #pragma unroll
-            for (int i = 0; i < 16; i++) {
+        for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = dot[e];
+        __syncthreads();
+        float delta[CP], o[CP];
+#pragma unroll
+        for (int e = 0; e < CP; e++) {
+            float kS = 0.0f;
+            for (int w = 0; w < n_warps; w++) kS += part[w][CP * lane + e];
+            delta[e] = b * (vj[e] - kS);
+            o[e] = 0.0f;
+        }
+        if constexpr (SB) {
+            /* s * decay again, not kept from the dot loop: an opaque copy of decay keeps the compiler from holding the
+             * 32 CP products through the barrier in registers (the same bits) */
+            float dk_;
+            asm volatile("mov.b32 %0, %1;" : "=f"(dk_) : "f"(decay));
+#pragma unroll
+            for (int r = 0; r < 16 * CP; r++) {
                 float nw[2];
 #pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int c = 2 * i + h;
-                    nw[h] = fmaf(sk[k0 + c] * kn, delta, gdn_unpack(sp[i], h) * decay);
-                    o = fmaf(nw[h], sq[k0 + c] * qn, o);
+                for (int x = 0; x < 2; x++) {
+                    const int c = row_of(r, x), e = col_of(x);
+                    nw[x] = fmaf(skn[k0 + c], delta[e], gdn_unpack(sp[r], x) * dk_);
+                    o[e] = fmaf(nw[x], sqn[k0 + c], o[e]);
                 }
-                const __nv_bfloat162 r = __floats2bfloat162_rn(nw[0], nw[1]); /* .x low */
-                sp[i] = *(const uint32_t *)&r;
+                const __nv_bfloat162 p = __floats2bfloat162_rn(nw[0], nw[1]); /* .x low */
+                sp[r] = *(const uint32_t *)&p;
             }
         } else {
 #pragma unroll
             for (int c = 0; c < 32; c++) {
-                s[c] = fmaf(sk[k0 + c] * kn, delta, s[c]);
-                o = fmaf(s[c], sq[k0 + c] * qn, o);
+                s[c] = fmaf(skn[k0 + c], delta[0], s[c]);
+                o[0] = fmaf(s[c], sqn[k0 + c], o[0]);
             }
         }
         __syncthreads(); /* every warp has read part */
-        part[warp][lane] = o;
+#pragma unroll
+        for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = o[e];
         __syncthreads();
         if (warp == 0 && col) {
-            float qS = 0.0f;
-            for (int w = 0; w < n_warps; w++) qS += part[w][lane];
-            out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j] = qS;
+#pragma unroll
+            for (int e = 0; e < CP; e++) {
+                float qS = 0.0f;
+                for (int w = 0; w < n_warps; w++) qS += part[w][CP * lane + e];
+                out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j + e] = qS;
+            }
         }
     }
     if (col) {
 #pragma unroll
         for (int c = 0; c < 32; c++) {
-            if constexpr (SB) ((unsigned short *)Sb)[(int64_t)c * d.v_dim] = (unsigned short)(sp[c / 2] >> 16 * (c & 1));
+            if constexpr (CP == 2) ((uint32_t *)Sb)[(int64_t)c * (d.v_dim / 2)] = sp[c];
+            else if constexpr (SB) ((unsigned short *)Sb)[(int64_t)c * d.v_dim] = (unsigned short)(sp[c / 2] >> 16 * (c & 1));
             else Sh[(int64_t)c * d.v_dim] = s[c];
         }
     }
@@ -394,14 +442,32 @@ template <bool CONV, bool SB>
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                    const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
-    gated_delta_body<CONV, SB>(qkv, g, beta, seqs, d, out, cv);
+    gated_delta_body<CONV, SB>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 /* The bf16-state rule budgeted for 5 blocks of 256 threads an SM (48 registers): 10 of the 128-thread blocks of dk = 128
  * stream states at once instead of 8 (QUILL_CUDA_GDN_SB_MINB=1 takes the one above: an A/B, the same bits). */
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32, 5)
 gated_delta_sb_lean_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                            const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
-    gated_delta_body<false, true>(qkv, g, beta, seqs, d, out, cv);
+    gated_delta_body<false, true>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+/* The bf16-state rule with column pairs (CP 2), budgeted for MINB blocks of 256 threads an SM: 2 (128 registers, 4
+ * of the 128-thread blocks of dk = 128 an SM) or 3 (80 registers, 6 blocks, 56 bytes of spills). The instances differ
+ * only in their registers, so a launch takes either by its seq count and a row's bits do not change (gdn_pairs). */
+template <int MINB>
+__global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32, MINB)
+gated_delta_sb_pairs_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
+                            const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
+    gated_delta_body<false, true, 2>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+/* The bf16-state rule's kernel: 0 the lean one (a column a lane), else the column pairs' MINB. QUILL_CUDA_GDN_SB_PAIRS=0
+ * takes the lean kernel, =2 or =3 that MINB at every seq count (A/Bs; the same bits). Measured (9B, 4-bit, dequant
+ * mode, docs/performance.md twenty-sixth pass): MINB 2 the faster at 16 streams, 3 at 64. */
+static int gdn_pairs(int n_seqs) {
+    static int env = -1;
+    const int v = cu_env_int("QUILL_CUDA_GDN_SB_PAIRS", &env, 1, 0, 3);
+    return v != 1 ? v : n_seqs <= 16 ? 2 : 3;
 }
 
 qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
@@ -434,10 +500,13 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         free(rec);
         Q_TRY(st);
     }
-    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
     static int minb = -1; /* QUILL_CUDA_GDN_SB_MINB=1: the bf16-state kernel unbudgeted (an A/B; the same bits) */
     const bool lean = cu_env_int("QUILL_CUDA_GDN_SB_MINB", &minb, 5, 1, 1) != 1;
+    const int pairs = dims.state_bf16 && lean && dims.v_dim % 2 == 0 ? gdn_pairs(n_seqs) : 0;
+    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, pairs ? 64 : 32), (unsigned)n_seqs);
     const auto kern = !dims.state_bf16 ? gated_delta_kernel<false, false>
+                      : pairs == 3     ? gated_delta_sb_pairs_kernel<3>
+                      : pairs          ? gated_delta_sb_pairs_kernel<2>
                       : lean           ? gated_delta_sb_lean_kernel
                                        : gated_delta_kernel<false, true>;
     CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out,
