@@ -279,6 +279,17 @@ static void test_gdn(void) {
     OK(gpu->ops->download(gpu, r2, (float *)o.g + (size_t)87 * d.n_v_heads * d.v_dim, ob));
     expect_same("gated_delta seq alone vs with another", r1, r2, ob);
     free(S0); free(r1); free(r2);
+    { /* dv 96: with bf16 states the plain rule's second block of column pairs is half past dv (its lanes read a valid
+       * pair and write nothing); bitwise the fused rule's one column a lane */
+        const qgdn_dims d96 = {2, 4, 64, 96, 1, 0};
+        const int C96 = 2 * d96.n_k_heads * d96.k_dim + d96.n_v_heads * d96.v_dim, n96 = 8;
+        buf x96 = mk_rand((size_t)n96 * C96, 1.0f), w96 = mk_rand((size_t)C96 * K, 0.5f);
+        buf a96 = mk_rand((size_t)n96 * d96.n_v_heads, 3.0f), b96 = mk_rand((size_t)n96 * d96.n_v_heads, 3.0f);
+        buf Al96 = mk_rand(d96.n_v_heads, 1.0f), dt96 = mk_rand(d96.n_v_heads, 1.0f);
+        const qseq s96[2] = {{0, 5, 0, 0}, {5, 3, 9, 0}};
+        conv_gated_delta_case(d96, x96, w96, a96, b96, Al96, dt96, s96, 2);
+        rm(x96); rm(w96); rm(a96); rm(b96); rm(Al96); rm(dt96);
+    }
     rm(x); rm(w); rm(y); rm(stA); rm(stB); rm(a); rm(b); rm(Al); rm(dt); rm(g); rm(be); rm(SA); rm(SB); rm(SC); rm(o);
 }
 
