@@ -346,7 +346,8 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         } else {
             decay = expf(g[gi]), b = beta[gi];
 #pragma unroll
-            for (int e = 0; e < CP; e++) vj[e] = col ? row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j + e] : 0.0f;
+            for (int e = 0; e < CP; e++)
+                vj[e] = col ? row[2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + j + e] : 0.0f;
         }
         /* SB: half x of register r holds row c of column e (the packing above) */
         auto row_of = [](int r, int x) { return CP == 1 ? 2 * r + x : r; };
@@ -421,7 +422,8 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
 #pragma unroll
         for (int c = 0; c < 32; c++) {
             if constexpr (CP == 2) ((uint32_t *)Sb)[(int64_t)c * (d.v_dim / 2)] = sp[c];
-            else if constexpr (SB) ((unsigned short *)Sb)[(int64_t)c * d.v_dim] = (unsigned short)(sp[c / 2] >> 16 * (c & 1));
+            else if constexpr (SB)
+                ((unsigned short *)Sb)[(int64_t)c * d.v_dim] = (unsigned short)(sp[c / 2] >> 16 * (c & 1));
             else Sh[(int64_t)c * d.v_dim] = s[c];
         }
     }
@@ -457,13 +459,15 @@ gated_delta_sb_lean_kernel(const float *__restrict__ qkv, const float *__restric
 template <int MINB>
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32, MINB)
 gated_delta_sb_pairs_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
-                            const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
+                            const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out,
+                            const gdn_conv cv) {
     gated_delta_body<false, true, 2>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
-/* The bf16-state rule's kernel: 0 the lean one (a column a lane), else the column pairs' MINB. QUILL_CUDA_GDN_SB_PAIRS=0
- * takes the lean kernel, =2 or =3 that MINB at every seq count (A/Bs; the same bits). Measured (9B, 4-bit, dequant
- * mode, docs/performance.md twenty-sixth pass): MINB 2 the faster at 16 streams, 3 at 64. */
+/* The bf16-state rule's kernel: 0 the lean one (a column a lane), else the column pairs' MINB.
+ * QUILL_CUDA_GDN_SB_PAIRS=0 takes the lean kernel, =2 or =3 that MINB at every seq count (A/Bs; the same bits).
+ * Measured (9B, 4-bit, dequant mode, docs/performance.md twenty-sixth pass): MINB 2 the faster at 16 streams, 3 at
+ * 64. */
 static int gdn_pairs(int n_seqs) {
     static int env = -1;
     const int v = cu_env_int("QUILL_CUDA_GDN_SB_PAIRS", &env, 1, 0, 3);
