@@ -233,13 +233,6 @@ struct gdn_conv_ch {
 /* Value h (0: the low half) of a register holding two bf16 state values, as f32. */
 __device__ __forceinline__ float gdn_unpack(uint32_t v, int h) { return __uint_as_float(h ? v & 0xffff0000u : v << 16); }
 
-/* CP 2: the first word (row k0, columns j and j + 1; past dv the last pair, read and not used) of a thread's state
- * values; row c's word is c (dv / 2) words on. */
-__device__ __forceinline__ const uint32_t *gdn_pair_row(const float *S, const qgdn_dims &d, int h, int k0, int j) {
-    const int64_t at = ((int64_t)h * d.k_dim + k0) * d.v_dim + (j < d.v_dim ? j : d.v_dim - 2);
-    return (const uint32_t *)((const unsigned short *)S + at);
-}
-
 template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_tab &t, int i) {
     if constexpr (CONV) return cu_tab_at<seq_desc2>(t, i);
     const seq_desc e = cu_tab_at<seq_desc>(t, i);
@@ -286,8 +279,8 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
      * the rounded new state */
     float s[SB ? 1 : 32];
     uint32_t sp[SB ? 16 * CP : 1];
-    if constexpr (CP == 2) { /* every lane loads (past dv: a valid pair), then takes 0, as below */
-        const uint32_t *Sr = gdn_pair_row(S, d, h, k0, j);
+    if constexpr (CP == 2) { /* every lane loads (past dv: the last pair), then takes 0, as below */
+        const uint32_t *Sr = (const uint32_t *)((const unsigned short *)S + (s_off - j + (col ? j : d.v_dim - 2)));
         uint32_t raw[32];
 #pragma unroll
         for (int c = 0; c < 32; c++) raw[c] = Sr[(int64_t)c * (d.v_dim / 2)];
