@@ -155,6 +155,9 @@ __device__ __forceinline__ void cu_pdl_enter(void) {
 #endif
 }
 
+/* Whether p may be read and written by 16-byte accesses. */
+static inline bool cu_aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 /* 1 unless the environment variable name is "0"; read once into *cache (-1 until then; racing first
  * readers store the same value). For the A/B knobs of kernel variants. */
 static inline int cu_env_on(const char *name, int *cache) {

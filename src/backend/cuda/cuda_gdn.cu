@@ -80,12 +80,33 @@ qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, 
  * race on the state. */
 #define CONV_ROWS 32
 
+/* V consecutive floats from p (V 4: one 16-byte load; the caller checks the alignment) */
+template <int V> __device__ __forceinline__ void conv_ld(const float *p, float (&o)[V]) {
+    if constexpr (V == 4) {
+        const float4 v = *(const float4 *)p;
+        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
+    } else {
+#pragma unroll
+        for (int i = 0; i < V; i++) o[i] = p[i];
+    }
+}
+template <int V> __device__ __forceinline__ void conv_st(float *p, const float (&o)[V]) {
+    if constexpr (V == 4) *(float4 *)p = make_float4(o[0], o[1], o[2], o[3]);
+    else {
+#pragma unroll
+        for (int i = 0; i < V; i++) p[i] = o[i];
+    }
+}
+
 /* KT: the kernel width when known at compile time (the models' 4: the window stays in registers; with a
- * run-time width its shift indexes a local array), 0 for any width up to CONV_MAX_K. */
-template <int KT>
+ * run-time width its shift indexes a local array), 0 for any width up to CONV_MAX_K. V: channels a thread (4: every
+ * row, state and weight access one 16-byte load, where C % 4 == 0 and the buffers are 16-byte aligned; a channel's
+ * arithmetic is the same whatever V). */
+template <int KT, int V>
 __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_constant__ cu_tab seqs,
                                    const float *__restrict__ w, int C, int K_rt, float *__restrict__ y,
                                    const qgdn_gates gates, unsigned conv_bx, int early) {
+    static_assert(V == 1 || KT == 4, "4 channels a thread: the models' width 4, a channel's weights one load");
     const int K = KT ? KT : K_rt;
     if (!early || blockIdx.x >= conv_bx) cu_pdl_enter();
     if (blockIdx.x >= conv_bx) { /* the gates' blocks (cuda_conv1d_silu_gates) */
@@ -94,7 +115,7 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_con
         if (i < gates.n * gates.heads) gdn_gate_at(gates, i);
         return;
     }
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
     const seq_desc sd = cu_tab_at<seq_desc>(seqs, blockIdx.z);
     const int row0 = sd.row0, n_rows = sd.n_rows;
     float *state = sd.state;
@@ -104,46 +125,65 @@ __global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_con
         return;
     }
     /* input at seq time tau: a row of x, or for tau < 0 the state entry K-1+tau (oldest first) */
-#define CONV_IN(tau) ((tau) >= 0 ? x[(int64_t)(row0 + (tau)) * C + c] : state[(int64_t)(K - 1 + (tau)) * C + c])
+#define CONV_IN(tau) ((tau) >= 0 ? x + (int64_t)(row0 + (tau)) * C + c : state + (int64_t)(K - 1 + (tau)) * C + c)
     /* the weights and the window's state entries first, and with early (gates.conv_settled: the op before did not
      * write the states) before the wait; x's rows after it */
-    float win[CONV_MAX_K]; /* win[0..K-2]: the previous inputs, oldest first */
+    float win[CONV_MAX_K][V]; /* win[0..K-2]: the previous inputs, oldest first */
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K - 1; j++) {
         const int tau = t0 - (K - 1) + j;
-        win[j] = j < K - 1 && tau < 0 ? state[(int64_t)(K - 1 + tau) * C + c] : 0.0f;
-    }
-    float wc[CONV_MAX_K];
+        if (j < K - 1 && tau < 0) conv_ld<V>(CONV_IN(tau), win[j]);
+        else
 #pragma unroll
-    for (int j = 0; j < CONV_MAX_K; j++) wc[j] = j < K ? w[(int64_t)c * K + j] : 0.0f;
+            for (int v = 0; v < V; v++) win[j][v] = 0.0f;
+    }
+    float wc[V][CONV_MAX_K];
+    if constexpr (V == 4) {
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+            float wv[4];
+            conv_ld<4>(w + (int64_t)(c + v) * 4, wv);
+#pragma unroll
+            for (int j = 0; j < CONV_MAX_K; j++) wc[v][j] = j < 4 ? wv[j] : 0.0f;
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < CONV_MAX_K; j++) wc[0][j] = j < K ? w[(int64_t)c * K + j] : 0.0f;
+    }
     if (early) cu_pdl_enter();
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K - 1; j++) {
         const int tau = t0 - (K - 1) + j;
-        if (j < K - 1 && tau >= 0) win[j] = x[(int64_t)(row0 + tau) * C + c];
+        if (j < K - 1 && tau >= 0) conv_ld<V>(CONV_IN(tau), win[j]);
     }
 #pragma unroll 4 /* the rows' loads go out together */
     for (int t = t0; t < t1; t++) {
-        const float xt = x[(int64_t)(row0 + t) * C + c];
-        float s = 0.0f;
+        float xt[V], yt[V];
+        conv_ld<V>(x + (int64_t)(row0 + t) * C + c, xt);
 #pragma unroll
-        for (int j = 0; j < CONV_MAX_K - 1; j++)
-            if (j < K - 1) s = fmaf(wc[j], win[j], s);
-        s = fmaf(wc[K - 1], xt, s);
-        y[(int64_t)(row0 + t) * C + c] = silu_f(s);
+        for (int v = 0; v < V; v++) {
+            float s = 0.0f;
 #pragma unroll
-        for (int j = 0; j < CONV_MAX_K - 2; j++)
-            if (j < K - 2) win[j] = win[j + 1];
-        if (K >= 2) win[K - 2] = xt;
+            for (int j = 0; j < CONV_MAX_K - 1; j++)
+                if (j < K - 1) s = fmaf(wc[v][j], win[j][v], s);
+            s = fmaf(wc[v][K - 1], xt[v], s);
+            yt[v] = silu_f(s);
+#pragma unroll
+            for (int j = 0; j < CONV_MAX_K - 2; j++)
+                if (j < K - 2) win[j][v] = win[j + 1][v];
+            if (K >= 2) win[K - 2][v] = xt[v];
+        }
+        conv_st<V>(y + (int64_t)(row0 + t) * C + c, yt);
     }
     if (blockIdx.y != 0) return;
-    float nw[CONV_MAX_K];
+    float nw[CONV_MAX_K][V];
 #pragma unroll
-    for (int j = 0; j < CONV_MAX_K - 1; j++) nw[j] = j < K - 1 ? CONV_IN(n_rows - (K - 1) + j) : 0.0f;
+    for (int j = 0; j < CONV_MAX_K - 1; j++)
+        if (j < K - 1) conv_ld<V>(CONV_IN(n_rows - (K - 1) + j), nw[j]);
 #undef CONV_IN
 #pragma unroll
     for (int j = 0; j < CONV_MAX_K - 1; j++)
-        if (j < K - 1) state[(int64_t)j * C + c] = nw[j];
+        if (j < K - 1) conv_st<V>(state + (int64_t)j * C + c, nw[j]);
 }
 
 /* The conv over every seq, with the gates' blocks when gates is not NULL. */
@@ -155,18 +195,25 @@ static qstatus conv_launch(qbackend *be, const float *x, const qseq *seqs, int n
                                                          gates->dt_bias, gates->g, gates->beta)
                                         : Q_OK;
     int max_rows = 1;
-    for (int s = 0; s < n_seqs; s++)
+    static int env = -1; /* QUILL_CUDA_CONV_VEC=0: a channel a thread (an A/B; the same bits) */
+    bool vec = kernel == 4 && channels % 4 == 0 && cu_aligned16(x) && cu_aligned16(w) && cu_aligned16(y) &&
+               cu_env_on("QUILL_CUDA_CONV_VEC", &env);
+    for (int s = 0; s < n_seqs; s++) {
         if (seqs[s].n_rows > max_rows) max_rows = seqs[s].n_rows;
+        vec &= seqs[s].n_rows == 0 || cu_aligned16(state[s]);
+    }
     cu_tab d;
     Q_TRY(seq_table(be, seqs, n_seqs, state, &d));
-    dim3 grid(cu_blocks(channels, 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
+    dim3 grid(cu_blocks(channels / (vec ? 4 : 1), 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
     const unsigned conv_bx = grid.x;
     qgdn_gates q = {};
     if (n_gates > 0) {
         q = *gates;
         grid.x += (unsigned)((n_gates + 128LL * grid.y * grid.z - 1) / (128LL * grid.y * grid.z));
     }
-    CU_TRY(cu_launch(kernel == 4 ? conv1d_silu_kernel<4> : conv1d_silu_kernel<0>, grid, 128, 0, cu_stream(be), x, d, w,
+    const auto kern = vec ? conv1d_silu_kernel<4, 4> : kernel == 4 ? conv1d_silu_kernel<4, 1>
+                                                                    : conv1d_silu_kernel<0, 1>;
+    CU_TRY(cu_launch(kern, grid, 128, 0, cu_stream(be), x, d, w,
                      channels, kernel, y, q, conv_bx, gates && gates->conv_settled),
            n_gates > 0 ? "conv1d_silu_gates" : "conv1d_silu");
     return Q_OK;
@@ -188,10 +235,11 @@ qstatus cuda_conv1d_silu_gates(qbackend *be, const float *x, const qseq *seqs, i
 /* Recurrent rule: a block owns 32 CP columns j of one head's state (lane = CP adjacent columns, so every state
  * access is a coalesced row) and the k rows are split over dk/32 warps, 32 CP state values per thread in
  * registers. Per token: q and k go through shared memory (their norms are fixed-order warp sums, the same in
- * every warp); the dot products k.S[:,j] and q.S[:,j] are each thread's 32-term fma chain per column, then the
- * warps' partials summed in warp order. A column's arithmetic is the same whatever CP (CP 2: bf16 states only,
- * the pair of columns one 4-byte word, so a warp's load is a 128-byte line and a block's fixed costs, the
- * token's barriers and q / k loads, cover twice the state). */
+ * every warp); the dot products k.S[:,j] and q.S[:,j], both of the state before the token, are each thread's
+ * 32-term fma chains per column, then the warps' partials summed in warp order; the output follows from them and
+ * q.k without a pass over the new state (gated_delta_body). A column's arithmetic is the same whatever CP (CP 2:
+ * bf16 states only, the pair of columns one 4-byte word, so a warp's load is a 128-byte line and a block's fixed
+ * costs, the token's barriers and q / k loads, cover twice the state). */
 /* conv_gated_delta's extras: the conv's weights [C][GDN_CONV_K], the gates' operands (their g and beta are not
  * written) and one ticket counter per (seq, k head) in the matmul's scratch (zero, and left zero). */
 #define GDN_CONV_K 4
@@ -252,7 +300,8 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     const bool early = d.states_settled;
     if (!early) cu_pdl_enter();
     static_assert(CP == 1 || (CP == 2 && SB && !CONV), "column pairs: bf16 states, the plain rule");
-    __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE], part[GDN_MAX_PER_LANE][32 * CP];
+    __shared__ float sq[32 * GDN_MAX_PER_LANE], sk[32 * GDN_MAX_PER_LANE];
+    __shared__ float part[GDN_MAX_PER_LANE][32 * CP], partq[GDN_MAX_PER_LANE][32 * CP]; /* the warps' k.S, q.S */
     __shared__ __align__(16) float sqn[32 * GDN_MAX_PER_LANE], skn[32 * GDN_MAX_PER_LANE]; /* q qn, k kn */
     __shared__ int writer;
     const seq_desc2 sd = gdn_seq_at<CONV>(seqs, z);
@@ -317,13 +366,16 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         else
             for (int i = threadIdx.x; i < d.k_dim; i += blockDim.x) sq[i] = qh[i], sk[i] = kh[i];
         __syncthreads();
-        float qq = 0.0f, kk = 0.0f; /* every warp: the same fixed-order sums */
+        float qq = 0.0f, kk = 0.0f, kq = 0.0f; /* every warp: the same fixed-order sums */
         for (int c = 0; c < n_warps; c++) {
             const float a = sq[lane + 32 * c], b = sk[lane + 32 * c];
             qq = fmaf(a, a, qq);
             kk = fmaf(b, b, kk);
         }
         const float qn = rsqrtf(warp_sum(qq) + 1e-6f) * qscale, kn = rsqrtf(warp_sum(kk) + 1e-6f);
+        /* (q qn) . (k kn) over the head's rows, for o below (the same products as sqn and skn) */
+        for (int c = 0; c < n_warps; c++) kq = fmaf(sq[lane + 32 * c] * qn, sk[lane + 32 * c] * kn, kq);
+        kq = warp_sum(kq);
         /* the warp's own 32 rows of q qn and k kn, made once (the same products every thread made for itself) */
         sqn[k0 + lane] = sq[k0 + lane] * qn, skn[k0 + lane] = sk[k0 + lane] * kn;
         __syncwarp();
@@ -345,70 +397,57 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         /* SB: half x of register r holds row c of column e (the packing above) */
         auto row_of = [](int r, int x) { return CP == 1 ? 2 * r + x : r; };
         auto col_of = [](int x) { return CP == 1 ? 0 : x; };
-        float dot[CP];
+        /* One pass over the old state S for both products: with S' = decay S + k delta^T (delta = beta (v - k.S')
+         * and k.S' = decay k.S before the update), q.S' = decay q.S + (q.k) delta, so the output needs no second
+         * pass over the new state and no second reduction (three barriers a token, not five). */
+        float dk[CP], dq[CP];
 #pragma unroll
-        for (int e = 0; e < CP; e++) dot[e] = 0.0f;
-        if constexpr (SB) { /* every column's chain in row order */
+        for (int e = 0; e < CP; e++) dk[e] = 0.0f, dq[e] = 0.0f;
+        if constexpr (SB) { /* every column's chains in row order */
 #pragma unroll
             for (int r = 0; r < 16 * CP; r++)
 #pragma unroll
                 for (int x = 0; x < 2; x++) {
                     const int c = row_of(r, x), e = col_of(x);
-                    dot[e] = fmaf(gdn_unpack(sp[r], x) * decay, skn[k0 + c], dot[e]);
+                    const float sv = gdn_unpack(sp[r], x);
+                    dk[e] = fmaf(sv, skn[k0 + c], dk[e]);
+                    dq[e] = fmaf(sv, sqn[k0 + c], dq[e]);
                 }
         } else {
 #pragma unroll
             for (int c = 0; c < 32; c++) {
-                s[c] *= decay;
-                dot[0] = fmaf(s[c], skn[k0 + c], dot[0]);
+                dk[0] = fmaf(s[c], skn[k0 + c], dk[0]);
+                dq[0] = fmaf(s[c], sqn[k0 + c], dq[0]);
             }
         }
 #pragma unroll
-        for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = dot[e];
+        for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = dk[e], partq[warp][CP * lane + e] = dq[e];
         __syncthreads();
-        float delta[CP], o[CP];
+        float delta[CP];
 #pragma unroll
         for (int e = 0; e < CP; e++) {
-            float kS = 0.0f;
-            for (int w = 0; w < n_warps; w++) kS += part[w][CP * lane + e];
-            delta[e] = b * (vj[e] - kS);
-            o[e] = 0.0f;
+            float kS = 0.0f, qS = 0.0f; /* the warps' partials in warp order */
+            for (int w = 0; w < n_warps; w++) kS += part[w][CP * lane + e], qS += partq[w][CP * lane + e];
+            delta[e] = b * (vj[e] - decay * kS);
+            if (warp == 0 && col)
+                out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j + e] = fmaf(delta[e], kq, decay * qS);
         }
+        /* S' = decay S + k delta^T, rounded to a stored bf16 pair where SB */
         if constexpr (SB) {
-            /* s * decay again, not kept from the dot loop: an opaque copy of decay keeps the compiler from holding the
-             * 32 CP products through the barrier in registers (the same bits) */
-            float dk_;
-            asm volatile("mov.b32 %0, %1;" : "=f"(dk_) : "f"(decay));
 #pragma unroll
             for (int r = 0; r < 16 * CP; r++) {
                 float nw[2];
 #pragma unroll
                 for (int x = 0; x < 2; x++) {
                     const int c = row_of(r, x), e = col_of(x);
-                    nw[x] = fmaf(skn[k0 + c], delta[e], gdn_unpack(sp[r], x) * dk_);
-                    o[e] = fmaf(nw[x], sqn[k0 + c], o[e]);
+                    nw[x] = fmaf(skn[k0 + c], delta[e], gdn_unpack(sp[r], x) * decay);
                 }
                 const __nv_bfloat162 p = __floats2bfloat162_rn(nw[0], nw[1]); /* .x low */
                 sp[r] = *(const uint32_t *)&p;
             }
         } else {
 #pragma unroll
-            for (int c = 0; c < 32; c++) {
-                s[c] = fmaf(skn[k0 + c], delta[0], s[c]);
-                o[0] = fmaf(s[c], sqn[k0 + c], o[0]);
-            }
-        }
-        __syncthreads(); /* every warp has read part */
-#pragma unroll
-        for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = o[e];
-        __syncthreads();
-        if (warp == 0 && col) {
-#pragma unroll
-            for (int e = 0; e < CP; e++) {
-                float qS = 0.0f;
-                for (int w = 0; w < n_warps; w++) qS += part[w][CP * lane + e];
-                out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j + e] = qS;
-            }
+            for (int c = 0; c < 32; c++) s[c] = fmaf(skn[k0 + c], delta[0], s[c] * decay);
         }
     }
     if (col) {
