@@ -486,7 +486,7 @@ gated_delta_sb_lean_kernel(const float *__restrict__ qkv, const float *__restric
     gated_delta_body<false, true>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 /* The bf16-state rule with column pairs (CP 2), budgeted for MINB blocks of 256 threads an SM: 2 (128 registers, 4
- * of the 128-thread blocks of dk = 128 an SM) or 3 (80 registers, 6 blocks, 56 bytes of spills). The instances differ
+ * of the 128-thread blocks of dk = 128 an SM) or 3 (80 registers, 6 blocks, no spills). The instances differ
  * only in their registers, so a launch takes either by its seq count and a row's bits do not change (gdn_pairs). */
 template <int MINB>
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32, MINB)
