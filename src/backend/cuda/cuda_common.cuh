@@ -243,13 +243,24 @@ __device__ __forceinline__ unsigned cu_ticket_take(unsigned *t) {
     return prev;
 }
 
-/* Thread block clusters (sm_90): the barrier of every thread of the cluster (what each wrote to its shared memory
- * before it is visible to the others' reads after), the block's rank in its cluster, the shared address of the
- * same variable in block `rank`'s shared memory, and a load from it (not volatile: loads of one finish go out
- * together; the address comes from cu_cluster_map, itself after the barrier). No-ops before sm_90, where no kernel is launched in clusters. */
+/* Thread block clusters (sm_90): the barrier of every thread of the cluster after which what each block wrote to its
+ * shared memory is visible to the others' reads (cu_cluster_sync), the barrier that only keeps every block's shared
+ * memory until the others are done reading it (cu_cluster_sync_relaxed: their reads' values are used before they
+ * arrive, so no ordering is needed), the block's rank in its cluster, the shared address of the same variable in
+ * block `rank`'s shared memory, and a load from it (not volatile: loads of one finish go out together; the address
+ * comes from cu_cluster_map, itself after the barrier). No-ops before sm_90, where no kernel is launched in clusters.
+ * The release is a fence restricted to the block's shared memory before a relaxed arrive: arrive.release orders
+ * every earlier access, global ones too, and cost gemv_dq_kernel's finish a GPU-wide MEMBAR and its drain (ERRBAR,
+ * ~8 % of the 16-row gate + up launch's warp samples, ncu). */
 __device__ __forceinline__ void cu_cluster_sync(void) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    asm volatile("fence.release.sync_restrict::shared::cta.cluster;\nbarrier.cluster.arrive.relaxed.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cu_cluster_sync_relaxed(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ int cu_cluster_rank(void) {

@@ -305,7 +305,7 @@ static qstatus split_x(qbackend *be, cu_gemm *g, const float *x, const float *up
     const int64_t nx = (int64_t)n * K;
     Q_TRY(grow_pair(s, &g->x_hi, &g->x_hi_bytes, &g->x_lo, &g->x_lo_bytes, (size_t)nx, split));
     __nv_bfloat16 *xl = split ? g->x_lo : NULL;
-    if ((((uintptr_t)x | (uintptr_t)up) & 15) == 0)
+    if (cu_aligned16(x) && cu_aligned16(up))
         split_x4_kernel<<<ew_blocks(be, nx / 4), 256, 0, s->stream>>>((const float4 *)x, (const float4 *)up, nx / 4,
                                                                      g->x_hi, xl);
     else
@@ -344,7 +344,7 @@ static qstatus prefill_operands(qbackend *be, cu_gemm *g, const float *x, int n,
 
 static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float *x, int n, const qweight *W, float *y) {
     const int split = g->mode == MODE_SPLIT, affine = W->fmt == QW_AFFINE;
-    if (((uintptr_t)y & 15) || (!affine && ((uintptr_t)W->w & 15)))
+    if (!cu_aligned16(y) || (!affine && !cu_aligned16(W->w)))
         return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs and weights must be 16-byte aligned");
     lt_layouts L;
     Q_TRY(layouts_make(&L, W->n_out, W->n_in, n));
@@ -362,7 +362,7 @@ static qstatus lt_prefill(qbackend *be, cu_gemm *g, gemm_shape *sh, const float 
 /* Whether a weight takes the wgmma kernel: its properties only. */
 static int wg_eligible(const qweight *W) {
     return lt_eligible(W) && W->n_in % WG_BK == 0 && W->n_out <= 2147483647LL &&
-           (W->fmt == QW_AFFINE || ((uintptr_t)W->w & 15) == 0);
+           (W->fmt == QW_AFFINE || cu_aligned16(W->w));
 }
 
 /* Whether this backend runs W on the wgmma kernel (cuda_matmul_prefill and the ops that join its calls). */
@@ -377,7 +377,7 @@ static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, const float 
     const int split = g->mode == MODE_SPLIT;
     int64_t deq = 0;
     for (int i = 0; i < count; i++) {
-        if ((uintptr_t)y[i] & 15) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
+        if (!cu_aligned16(y[i])) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
         if (W[i]->fmt == QW_AFFINE) deq += W[i]->n_out * W[i]->n_in;
     }
     Q_TRY(grow_w(be, g, deq));

@@ -115,7 +115,7 @@ static int gemv_chunk(const qweight *W) {
 /* The 16-byte loads of the tensor-core and SIMT gemv kernels. No fallback to another kernel: the
  * kernel is the weight's (EXACT(batch)). */
 static qstatus check_aligned(const float *x, const qweight *W) {
-    if ((((uintptr_t)x | (uintptr_t)W->w) & 15))
+    if (!cu_aligned16(x) || !cu_aligned16(W->w))
         return q_fail(Q_EINVAL, "cuda matmul: activations and weights must be 16-byte aligned");
     return Q_OK;
 }

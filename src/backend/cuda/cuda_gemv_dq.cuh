@@ -156,7 +156,7 @@ __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], in
         __syncthreads();
         gt_store_squares(sq, min(R, n - first), first, (P.W.n_out + GT_OUT - 1) / GT_OUT, P.ob, ss, lane);
     }
-    cu_cluster_sync(); /* the other blocks are done reading this one's sums */
+    cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
 }
 
 /* Every warp of a warpgroup issues its wgmmas, so warps past the outputs compute on clamped rows and do not write.

@@ -310,17 +310,17 @@ static inline bool gemv_tc_glu_ok(const qglu &glu, const qweight *W) {
     const int64_t n_in = W->n_in;
     const bool ok = (glu.act == QGLU_SILU || glu.act == QGLU_SIGMOID) && glu.dim > 0 && glu.dim % 16 == 0 &&
                     n_in % glu.dim == 0 && glu.g_stride % 4 == 0 && glu.g_stride >= glu.dim &&
-                    ((uintptr_t)glu.g & 15) == 0;
+                    cu_aligned16(glu.g);
     if (!ok || !glu.norm_w) return ok;
     const int kind = gemv_tc_kind(W);
     if (kind < 0) return false;
     const int64_t upv = GT_GNORM_DIM / gemv_tc_unit_k(kind), U = n_in / gemv_tc_unit_k(kind);
     return glu.act == QGLU_SILU && glu.dim == GT_GNORM_DIM && glu.g_stride == glu.dim &&
-           ((uintptr_t)glu.norm_w & 15) == 0 && U % (upv * gemv_tc_split(W, kind)) == 0;
+           cu_aligned16(glu.norm_w) && U % (upv * gemv_tc_split(W, kind)) == 0;
 }
 
 /* Whether x can enter the tensor-core kernels normalised by nm (qnorm): the norm weights' 16-byte loads. */
-static inline bool gemv_tc_norm_ok(const qnorm &nm) { return nm.ss && ((uintptr_t)nm.w & 15) == 0; }
+static inline bool gemv_tc_norm_ok(const qnorm &nm) { return nm.ss && cu_aligned16(nm.w); }
 
 /* What a launch does besides the product (gemv_tc_launch_multi): x gated (glu) or normalised (norm), and the
  * residual boundary's producer (ss: y[0] is the residual; one weight). NULL: nothing. bf16x: x rounded to bf16

@@ -203,7 +203,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
 static bool norm_reg_ok(const float *x, int64_t xs, const float *r, const float *w, int dim, const float *y,
                         int64_t ys) {
     return dim <= NORM_REG_DIM && dim % 4 == 0 && xs % 4 == 0 && ys % 4 == 0 &&
-           (((uintptr_t)x | (uintptr_t)r | (uintptr_t)w | (uintptr_t)y) & 15) == 0;
+           cu_aligned16(x) && cu_aligned16(r) && cu_aligned16(w) && cu_aligned16(y);
 }
 
 /* x += r (ADD) then y = rmsnorm(x) * w per vector, in registers where the rows allow. */
