@@ -21,7 +21,10 @@
 #include "cuda_wgmma.cuh"
 
 /* A stage: GW_UNITS units of B, each 8 NT rows x 128 bytes (1024-aligned for the swizzle). Three stages when two
- * blocks of them fit an SM. */
+ * blocks of them fit an SM. At 8 tiles two blocks of SMEM (97 KB, plus the 1 KB a block reserves) fill the 196 KB
+ * shared-memory carveout exactly, so the cluster instance must stay free of static shared memory: 256 bytes of it
+ * took the launches to the 228 KB carveout (L1 28 KB instead of 60, most likely what the weights' loads then
+ * missed) and 64 streams from ~9,640 to ~8,720 tokens/s (session 29, docs/performance.md). */
 template <int NT> struct gdq_cfg {
     static constexpr int ROWS = 8 * NT;
     static constexpr int UNIT_BYTES = ROWS * 128;
