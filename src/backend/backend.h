@@ -94,6 +94,9 @@ typedef struct qnorm {
     const float *ss; /* [n][ceil(dim / QNORM_PART)] */
     const float *w;  /* [dim] */
     float eps;
+    /* 1: x and ss are what the resid_matmul just before left, told this norm's w as next_w, and nothing wrote x
+     * since; a backend may then read x in a form that call prepared (the CUDA backend's dequant mode). 0: any x. */
+    int from_resid;
 } qnorm;
 
 /* The GDN gates' operands (gdn_gates), for conv1d_silu_gates: a, b, g, beta [n][heads]. conv_settled: as
@@ -154,10 +157,12 @@ typedef struct qbackend_ops {
 
     /* Optional, all three or none (NULL: matmul or glu_matmul into a buffer, then add_rmsnorm): the residual
      * boundary of qnorm for decode rows. resid_matmul: x[r] += (xin[r], gated by glu when not NULL) . W^T and
-     * ss as qnorm describes (xin may be overwritten). norm_matmul_multi: y[i] = (rmsnorm(x) * nm->w) . W[i]^T
-     * for count <= 4 weights, the norm as qnorm describes. norm_fusable: whether W can take either part (a
-     * property of the weight: the model fuses a boundary when its producer and consumers all can). */
-    qstatus (*resid_matmul)(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss);
+     * ss as qnorm describes (xin may be overwritten); next_w (or NULL): the norm weight its consumer will apply.
+     * norm_matmul_multi: y[i] = (rmsnorm(x) * nm->w) . W[i]^T for count <= 4 weights, the norm as qnorm describes.
+     * norm_fusable: whether W can take either part (a property of the weight: the model fuses a boundary when its
+     * producer and consumers all can). */
+    qstatus (*resid_matmul)(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss,
+                            const float *next_w);
     qstatus (*norm_matmul_multi)(qbackend *be, const float *x, const qnorm *nm, int n, int count,
                                  const qweight *const *W, float *const *y);
     int (*norm_fusable)(const qweight *W);

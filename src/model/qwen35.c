@@ -297,7 +297,7 @@ static qstatus res_range(qwen35_model *m, int r, float *xin, const qglu *glu, co
     if (res_fused(m, r, W, count, C)) {
         s->range_fused[r] = 1;
         return m->be->ops->resid_matmul(m->be, xin, glu, s->range_start[r + 1] - (int)r0, W, s->x + r0 * m->cfg.hidden,
-                                        s->ss + r0 * norm_parts(&m->cfg));
+                                        s->ss + r0 * norm_parts(&m->cfg), norm_w);
     }
     float *out = s->out + r0 * W->n_out;
     Q_TRY(glu ? glu_mm_range(m, r, xin, glu, W, out) : mm_range(m, r, xin, 1, &W, &out));
@@ -317,7 +317,8 @@ static qstatus norm_mm(qwen35_model *m, const float *norm_w, int count, const qw
             Q_TRY(mm_range(m, r, s->h + r0 * H, count, W, yr));
             continue;
         }
-        const qnorm nm = {s->ss + r0 * norm_parts(&m->cfg), norm_w, m->cfg.rms_eps};
+        /* from_resid: x's rows are res_range's, which was told norm_w, and only it wrote them since */
+        const qnorm nm = {s->ss + r0 * norm_parts(&m->cfg), norm_w, m->cfg.rms_eps, 1};
         Q_TRY(m->be->ops->norm_matmul_multi(m->be, s->x + r0 * H, &nm, s->range_start[r + 1] - r0, count, W, yr));
     }
     return Q_OK;

@@ -311,7 +311,8 @@ static void test_glu_matmul(void) {
  * the consumers gate + up: the lean kernel at one row), bf16 / 4-bit sets whose last part holds 64 outputs, and
  * a producer of one K slice (the test models' shapes); 37 rows (the many-row kernels). Then EXACT(batch): the
  * first 1, 5 and 16 rows alone give the bits they give among 37 (the one-row, staged and split-once kernels, and the
- * many-row kernels' tiles of 2). */
+ * many-row kernels' tiles of 2), and so do 37 rows whose consumer splits x itself (from_resid 0: in dequant mode the
+ * others read the rows the producer wrote for it). */
 static void test_residual_boundary(void) {
     struct { qwfmt f; int H, K, dim, stride; qglu_act act; int count, c_out[3]; const char *name; } cases[] = {
         {QW_AFFINE, 4096, 4096, 256, 512, QGLU_SIGMOID, 2, {12288, 12288, 0}, "4b 9B"},
@@ -340,7 +341,7 @@ static void test_residual_boundary(void) {
         buf out = mk(x.bytes, NULL), h = mk(x.bytes, NULL);
         OK(gpu->ops->copy(gpu, x0.g, x.g, x.bytes));
         const qglu glu = {g.g, cases[k].stride, cases[k].dim, cases[k].act, NULL, 0.0f};
-        const qnorm nm = {ss.g, nw.g, 1e-6f};
+        const qnorm nm = {ss.g, nw.g, 1e-6f, 1}, nm_split = {ss.g, nw.g, 1e-6f, 0};
         /* the CPU's reference, 37 rows */
         if (gated && cases[k].act == QGLU_SILU) OK(cpu->ops->swiglu(cpu, g.c, xin.c, (int64_t)rows * K, xin.c));
         else if (gated) OK(cpu->ops->mul_sigmoid(cpu, xin.c, g.c, cases[k].stride, n_vec, cases[k].dim));
@@ -357,19 +358,20 @@ static void test_residual_boundary(void) {
         for (int i = 0; i < 3; i++) most = y_bytes[i] > most ? y_bytes[i] : most;
         void *got = malloc(most);
         int same = 1;
-        for (int q = 3; q >= 0; q--) {
+        for (int v = 4; v >= 0; v--) { /* 37 rows (the reference), 37 with the consumer's own split, 16, 5, 1 */
+            const int q = v == 4 ? 3 : v;
             OK(gpu->ops->copy(gpu, x.g, x0.g, x.bytes));
             OK(gpu->ops->copy(gpu, xin1.g, xin.g, xin.bytes));
-            OK(gpu->ops->resid_matmul(gpu, xin1.g, gated ? &glu : NULL, ns[q], &W.g, x.g, ss.g));
-            OK(gpu->ops->norm_matmul_multi(gpu, x.g, &nm, ns[q], count, Cg, Yg));
+            OK(gpu->ops->resid_matmul(gpu, xin1.g, gated ? &glu : NULL, ns[q], &W.g, x.g, ss.g, nw.g));
+            OK(gpu->ops->norm_matmul_multi(gpu, x.g, v == 3 ? &nm_split : &nm, ns[q], count, Cg, Yg));
             const void *dev[5] = {x.g, ss.g, Yg[0], Yg[1], count > 2 ? Yg[2] : NULL};
             const size_t per_row[5] = {(size_t)H * 4, (size_t)parts * 4, y_bytes[0] / rows, y_bytes[1] / rows,
                                        y_bytes[2] / rows};
             for (int j = 0; j < 5; j++) {
                 if (!dev[j]) continue;
                 const size_t bytes = per_row[j] * ns[q];
-                OK(gpu->ops->download(gpu, q == 3 ? ref[j] : got, dev[j], bytes));
-                if (q < 3) same &= memcmp(ref[j], got, bytes) == 0;
+                OK(gpu->ops->download(gpu, v == 4 ? ref[j] : got, dev[j], bytes));
+                if (v < 4) same &= memcmp(ref[j], got, bytes) == 0;
             }
         }
         char nm_[96];
@@ -395,7 +397,7 @@ static void test_residual_boundary(void) {
             snprintf(nm_, sizeof nm_, "norm_matmul_multi %s: weight %d vs cpu", cases[k].name, i);
             expect_close(nm_, y[i], decode_tol());
         }
-        snprintf(nm_, sizeof nm_, "resid + norm %s: 1/5/16 rows == in 37", cases[k].name);
+        snprintf(nm_, sizeof nm_, "resid + norm %s: 1/5/16 rows, 37 split apart == in 37", cases[k].name);
         expect_flag(nm_, same);
         for (int j = 0; j < 5; j++) free(ref[j]);
         free(got);

@@ -382,7 +382,8 @@ qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, in
 qstatus cuda_swiglu(qbackend *be, const float *gate, const float *up, int64_t n, float *y);
 qstatus cuda_glu(qbackend *be, float *x, const qglu *glu, int64_t n_vec);
 qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qweight *W, float *y);
-qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss);
+qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss,
+                          const float *next_w);
 qstatus cuda_norm_matmul_multi(qbackend *be, const float *x, const qnorm *nm, int n, int count,
                                const qweight *const *W, float *const *y);
 int cuda_norm_fusable(const qweight *W);

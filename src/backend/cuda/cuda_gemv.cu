@@ -54,6 +54,9 @@ struct cu_gemv {
     size_t tick_bytes;
     void *pre; /* x split once for many rows (gemv_tc_pre_bytes) */
     size_t pre_bytes;
+    unsigned short *nx; /* the next norm's split rows, as the last resid_matmul left them (gemv_tc_next_ok) */
+    size_t nx_bytes;
+    struct { const float *x, *ss, *w; int n; } nx_for; /* the boundary nx holds (x NULL: none) */
     int attr_set;
 };
 
@@ -62,6 +65,7 @@ void cu_gemv_free(cuda_state *s) {
     cudaFree(s->gemv->part);
     cudaFree(s->gemv->tick);
     cudaFree(s->gemv->pre);
+    cudaFree(s->gemv->nx);
     free(s->gemv);
     s->gemv = NULL;
 }
@@ -147,6 +151,37 @@ qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float
     return Q_OK;
 }
 
+/* The residual boundary's split rows (gemv_tc_next_ok): a producer (ex->ss) that knows its consumers' norm weight
+ * (ex->nx_w) writes them into the scratch's nx as it finishes, and the boundary's consumer (ex->norm, from_resid) of
+ * the same x, n, sums of squares and weight reads them instead of a split launch. Anything else forgets nx: one
+ * boundary at a time (a batch with two decode ranges splits the first one's rows itself). QUILL_CUDA_NORM_ROWS=0
+ * always splits (an A/B in one build; the bits are the same). */
+static int next_rows_on(void) {
+    static int on = -1;
+    return cu_env_on("QUILL_CUDA_NORM_ROWS", &on);
+}
+static qstatus next_norm_rows(qbackend *be, const float *x, int n, const qweight *W, float *y, int kind, gt_extra *ex) {
+    cuda_state *s = (cuda_state *)be->impl;
+    struct cu_gemv *g = s->gemv;
+    if (ex->norm) {
+        const qnorm *nm = ex->norm;
+        if (nm->from_resid && g->nx_for.x == x && g->nx_for.n == n && g->nx_for.ss == nm->ss && g->nx_for.w == nm->w &&
+            kind != 0 && gdq_wgmma(n, ex->bf16x))
+            ex->xs_ready = g->nx;
+        return Q_OK;
+    }
+    if (!ex->ss) return Q_OK;
+    g->nx_for.x = NULL; /* this launch writes the residual rows */
+    if (!ex->nx_w || !next_rows_on() || !gemv_tc_next_ok(kind, W, n, ex->bf16x)) {
+        ex->nx_w = NULL;
+        return Q_OK;
+    }
+    Q_TRY(cu_grow(s, (void **)&g->nx, &g->nx_bytes, gemv_tc_next_bytes(W, n), "matmul next norm rows"));
+    ex->nx = g->nx;
+    g->nx_for.x = y, g->nx_for.ss = ex->ss, g->nx_for.w = ex->nx_w, g->nx_for.n = n;
+    return Q_OK;
+}
+
 /* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch; x as
  * QUILL_DECODE_PRECISION asks. */
 static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
@@ -165,6 +200,7 @@ static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const q
     void *pre = NULL;
     Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n, ex.bf16x), &part, &tick, &pre));
     for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
+    Q_TRY(next_norm_rows(be, x, n, W[0], y[0], kind, &ex));
     CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), ex),
            "matmul (tensor-core gemv)");
     return Q_OK;
@@ -222,14 +258,17 @@ int cuda_norm_fusable(const qweight *W) {
     return gemv_tc_kind(W) >= 0 && W->n_out <= 2147483647LL;
 }
 
-qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss) {
+qstatus cuda_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss,
+                          const float *next_w) {
     if (n <= 0) return Q_OK;
     Q_TRY(check_weight(W));
     if (!cuda_norm_fusable(W))
         return q_fail(Q_EINVAL, "cuda resid_matmul: a %lldx%lld weight of this format cannot be fused",
                       (long long)W->n_out, (long long)W->n_in);
     Q_TRY(glu_prepare(be, "resid_matmul", xin, &glu, n, W));
-    return tc_launch(be, xin, n, 1, &W, &x, gemv_tc_kind(W), {glu, NULL, ss, 0});
+    gt_extra ex = gt_extra();
+    ex.glu = glu, ex.ss = ss, ex.nx_w = next_w && cu_aligned16(next_w) ? next_w : NULL;
+    return tc_launch(be, xin, n, 1, &W, &x, gemv_tc_kind(W), ex);
 }
 
 qstatus cuda_norm_matmul_multi(qbackend *be, const float *x, const qnorm *nm, int n, int count,

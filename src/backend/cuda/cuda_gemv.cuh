@@ -334,6 +334,9 @@ struct gt_job {
     gt_input in;     /* x's gate or norm, applied where x is staged or split */
     const float *Xs;
     float *ss;       /* resid_matmul (one weight): y is the residual, ss its sums of squares (gt_finish) */
+    unsigned short *nx; /* with ss in dequant mode (gemv_dq_kernel), else NULL: the next norm's split rows, bf16(y nx_w)
+                         * in gemv_dq_kernel's order for K = n_out (gt_next_store), written as y's rows finish */
+    const float *nx_w;
     int loop;        /* gemv_tc_kernel LOOP (one weight, one row chunk, no ss): block b takes the output blocks
                       * b % loop, b % loop + loop, ... of slice b / loop */
 };
@@ -446,8 +449,16 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
     wait(); /* x, the partials and the tickets are the previous ops' */
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
-    if constexpr (PRE) gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
-    else gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS);
+    __shared__ float sc[4 * NT]; /* gt_norm_after (DQ): the rows' scales */
+    constexpr bool MAY_SCALE = DQ && Q != 0 && !LOOP && (PRE || IN == GT_IN_NORM);
+    const bool after = MAY_SCALE && gt_norm_after<Q>(job.in);
+    if constexpr (PRE) {
+        gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
+        if (after) gt_row_scales(job.in, n, P.W.n_in, P.row0, 4 * NT, sc);
+    } else {
+        gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS,
+                        MAY_SCALE ? sc : nullptr);
+    }
     __syncthreads();
 
     for (;;) {
@@ -467,8 +478,8 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
                                          P.s8, P.bb0, P.bb8, P.ub, lane, acc);
         }
         if constexpr (!LOOP) {
-            gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact, lane,
-                                     P.bx, &last, job.ss);
+            gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact,
+                                            lane, P.bx, &last, job.ss, after ? sc : nullptr);
             return;
         }
         /* this output block's place, then the next one's (its ring out first), then this one's finish */

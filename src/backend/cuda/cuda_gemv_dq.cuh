@@ -96,18 +96,38 @@ __device__ __forceinline__ void gdq_next(int c, int chunks, int us, uint32_t b0,
  * read it. */
 #define GDQ_LD (GT_OUT + 4)
 #define GDQ_MAX_CLUSTER 8 /* the portable cluster size; a job with a larger S takes gt_finish */
-template <int NT> struct gdq_fin_cfg {
-    static constexpr int ROWS = 8 * NT, SUMS = ROWS * GDQ_LD * 4, SQ = SUMS; /* byte offsets in the shared memory */
-    static_assert(SUMS + GT_SS_SMEM(ROWS) <= gdq_cfg<NT>::SMEM, "the sums and the squares fit the stages");
+/* The roles of gemv_dq_kernel's instances, so that each compiles only what it does: GDQ_PLAIN (x or a gate; with ss
+ * the residual), GDQ_NEXT (resid_matmul writing the next norm's split rows, job.nx), GDQ_AFTER (a normalised input
+ * taking the norm's scale after the product, gt_norm_after). One instance for all three made every launch slower,
+ * the head +4.4 % (session 29). */
+enum { GDQ_PLAIN = 0, GDQ_NEXT = 1, GDQ_AFTER = 2 };
+template <int Q> __host__ __device__ inline int gdq_role(const gt_job &job) {
+    return job.nx ? GDQ_NEXT : gt_norm_after<Q>(job.in) ? GDQ_AFTER : GDQ_PLAIN;
+}
+/* GDQ_AFTER's row scales (gdq_scales, written before the loop, read by the finish): in the 1024 bytes that align the
+ * stages, before them where GDQ_SC bytes lie there (the cluster finish's sums then start past them), else after them;
+ * not static shared memory, which would take the 8-tile instances to the next carveout (gdq_cfg). */
+#define GDQ_SC (GT_SCALE_ROWS * 4)
+template <int NT, int ROLE> struct gdq_fin_cfg {
+    static constexpr int ROWS = 8 * NT, SUMS = ROLE == GDQ_AFTER ? GDQ_SC : 0; /* byte offsets in the shared memory */
+    static constexpr int SQ = SUMS + ROWS * GDQ_LD * 4;
+    static_assert(SQ + GT_SS_SMEM(ROWS) <= gdq_cfg<NT>::STAGES * gdq_cfg<NT>::B_BYTES,
+                  "the scales, the sums and the squares fit the stages");
 };
+__device__ __forceinline__ float *gdq_scales(uint32_t base, uint32_t b0, int stage_bytes) {
+    extern __shared__ uint4 gt_smem[];
+    return (float *)((char *)gt_smem + (b0 - base >= GDQ_SC ? 0u : b0 - base + (uint32_t)stage_bytes));
+}
 /* Block s's rows of its tile summed over the S blocks at ranks r0.. (at: the sums' shared address), every load out
- * before the first add; into y (plus the residual with ss) and, with ss, their squares into sq. */
-template <int Q, int NT, int S>
-__device__ __forceinline__ void gdq_cluster_sum(int n, const gt_place<Q> &P, float *__restrict__ ss,
-                                                float *__restrict__ sq, uint32_t at, int r0) {
+ * before the first add; into y (plus the residual with ss; GDQ_AFTER: times the row's scale from sc) and, with ss,
+ * their squares into sq; GDQ_NEXT: the next norm's split rows too (nwv: this thread's output's norm weight). */
+template <int Q, int NT, int S, int ROLE>
+__device__ __forceinline__ void gdq_cluster_sum(int n, const gt_place<Q> &P, const gt_job &job, const float *sc,
+                                                float nwv, float *__restrict__ sq, uint32_t at, int r0) {
     constexpr int R = 8 * NT / S, ITER = R * GT_OUT / GT_THREADS;
     static_assert(R * GT_OUT % GT_THREADS == 0, "whole rounds of the block's threads");
     const int n_out = (int)P.W.n_out;
+    float *__restrict__ ss = job.ss;
     uint32_t src[S];
 #pragma unroll
     for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
@@ -128,18 +148,21 @@ __device__ __forceinline__ void gdq_cluster_sum(int n, const gt_place<Q> &P, flo
         if (here) {
             float *d = P.y + (int64_t)r * n_out + og;
             if (ss) sum = d[0] + sum;
+            else if (ROLE == GDQ_AFTER) sum = __fmul_rn(sum, sc[r - P.row0]);
             d[0] = sum;
+            if (ROLE == GDQ_NEXT) gt_next_store(job.nx, n_out / 64, r, og, sum, nwv);
         }
         if (ss) sq[i] = here ? sum * sum : 0.0f;
     }
 }
-template <int Q, int NT>
+template <int Q, int NT, int ROLE>
 __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
-                                                   float *__restrict__ ss, int lane, int warp) {
-    typedef gdq_fin_cfg<NT> F;
+                                                   const gt_job &job, const float *sc, int lane, int warp) {
+    typedef gdq_fin_cfg<NT, ROLE> F;
     extern __shared__ uint4 gt_smem[];
-    float *sums = (float *)gt_smem, *sq = (float *)((char *)gt_smem + F::SQ);
+    float *sums = (float *)((char *)gt_smem + F::SUMS), *sq = (float *)((char *)gt_smem + F::SQ);
     const int g = lane >> 2, t = lane & 3;
+    const float nwv = ROLE == GDQ_NEXT ? gt_next_w(job.nx_w, P.ob, P.W.n_out) : 0.0f; /* before the barriers */
     __syncthreads(); /* every warp is done with the stages */
     /* every warp, past the outputs too: the readers load whole rows (and discard those outputs), never the stages' x */
 #pragma unroll
@@ -150,14 +173,14 @@ __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], in
     const int r0 = cu_cluster_rank() - P.s;
     const uint32_t at = cu_smem_addr(sums);
     switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER, at least 2 (gdq_cluster) */
-    case 2: gdq_cluster_sum<Q, NT, 2>(n, P, ss, sq, at, r0); break;
-    case 4: gdq_cluster_sum<Q, NT, 4>(n, P, ss, sq, at, r0); break;
-    default: gdq_cluster_sum<Q, NT, 8>(n, P, ss, sq, at, r0); break;
+    case 2: gdq_cluster_sum<Q, NT, 2, ROLE>(n, P, job, sc, nwv, sq, at, r0); break;
+    case 4: gdq_cluster_sum<Q, NT, 4, ROLE>(n, P, job, sc, nwv, sq, at, r0); break;
+    default: gdq_cluster_sum<Q, NT, 8, ROLE>(n, P, job, sc, nwv, sq, at, r0); break;
     }
-    if (ss) {
+    if (job.ss) {
         const int R = F::ROWS / P.S, first = P.row0 + P.s * R;
         __syncthreads();
-        gt_store_squares(sq, min(R, n - first), first, (P.W.n_out + GT_OUT - 1) / GT_OUT, P.ob, ss, lane);
+        gt_store_squares(sq, min(R, n - first), first, (P.W.n_out + GT_OUT - 1) / GT_OUT, P.ob, job.ss, lane);
     }
     cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
 }
@@ -166,7 +189,7 @@ __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], in
  * A unit's A fragments live in one of two sets until its group completes: before a set is made again, the group
  * two units back (the one that read it) is waited for, and a chunk's last group before the barrier that lets its
  * stage be refilled. */
-template <int Q, int NT, bool CL>
+template <int Q, int NT, bool CL, int ROLE>
 __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __grid_constant__ gt_job job) {
     typedef gt_cfg<Q> C;
     typedef gdq_cfg<NT> G;
@@ -176,7 +199,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     const gt_place<Q> P = gt_locate<Q>(job, n, 8 * NT, lane, warp, blockIdx.x, CL);
     const int us = P.us, live = (n - P.row0 + 7) / 8, chunks = (us + D - 1) / D;
-    const uint32_t b0 = (cu_smem_addr(gt_smem) + 1023u) & ~1023u;
+    const uint32_t base = cu_smem_addr(gt_smem), b0 = (base + 1023u) & ~1023u;
 
     uint32_t w[D][2][C::WPU];
     uint32_t sb[D / 4][4];
@@ -189,6 +212,8 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
         if (c < chunks) gdq_stage_load<NT>(b0 + c * G::B_BYTES, xs, ts, c * D, min(D, us - c * D), live);
         cu_cp_commit();
     }
+    if constexpr (ROLE == GDQ_AFTER) /* read after the loop's barriers */
+        gt_row_scales(job.in, n, P.W.n_in, P.row0, 8 * NT, gdq_scales(base, b0, G::STAGES * G::B_BYTES));
     float acc[NT][4];
     gt_zero(acc);
     float(&d4)[4 * NT] = reinterpret_cast<float(&)[4 * NT]>(acc);
@@ -219,11 +244,13 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
         wg_wait<0>();
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
+    const float *sc = ROLE == GDQ_AFTER ? gdq_scales(base, b0, G::STAGES * G::B_BYTES) : nullptr;
     if constexpr (CL)
-        gdq_finish_cluster<Q, NT>(acc, n, P, job.ss, lane, warp);
+        gdq_finish_cluster<Q, NT, ROLE>(acc, n, P, job, sc, lane, warp);
     else
         gt_finish<Q, NT, true, 8, true>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact,
-                                        lane, P.bx, &last, job.ss);
+                                        lane, P.bx, &last, job.ss, sc, ROLE == GDQ_NEXT ? job.nx : nullptr,
+                                        ROLE == GDQ_NEXT ? job.nx_w : nullptr);
 }
 
 #endif

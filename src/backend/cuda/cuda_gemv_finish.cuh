@@ -34,6 +34,24 @@ __device__ __forceinline__ void gt_store_squares(const float *sq, int rows, int 
     }
 }
 
+/* The residual's new value v of row r, output o, as the next norm's consumer takes it (gt_norm_after): bf16(v * w) at
+ * its place in gemv_dq_kernel's split rows for K = n_out (U units of 64; gt_stage WGO's layout: tile r / 8, unit o / 64,
+ * row r % 8, then lane t = (o % 64) / 16's element e = o % 16 in word 8 j + 4 (e & 1) + t, half (e >> 2) & 1, where
+ * k-step j = 2 (e >> 3) + ((e >> 1) & 1) (gt_kstep_e0)). */
+__device__ __forceinline__ void gt_next_store(unsigned short *__restrict__ nx, int64_t U, int64_t r, int o, float v,
+                                              float w) {
+    const int kk = o & 63, t = kk >> 4, e = kk & 15;
+    const int word = 8 * (2 * (e >> 3) + ((e >> 1) & 1)) + 4 * (e & 1) + t;
+    const int64_t at = (((r >> 3) * U + (o >> 6)) * 256 + (r & 7) * 32 + word) * 2 + ((e >> 2) & 1);
+    nx[at] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(v, w)));
+}
+/* The next norm's weight of this thread's output in the finishes' loops (output ob GT_OUT + threadIdx.x % GT_OUT
+ * in every round: GT_THREADS is a multiple of GT_OUT), loaded before their barriers. */
+static_assert(GT_THREADS % GT_OUT == 0, "a thread's outputs in the finish are one column");
+__device__ __forceinline__ float gt_next_w(const float *__restrict__ nx_w, int64_t ob, int64_t n_out) {
+    return nx_w ? __ldg(nx_w + min(ob * GT_OUT + (int64_t)(threadIdx.x % GT_OUT), n_out - 1)) : 0.0f;
+}
+
 #ifndef GT_TICKET_ACQREL
 #define GT_TICKET_ACQREL 1
 #endif
@@ -47,16 +65,20 @@ __device__ __forceinline__ void gt_store_squares(const float *sq, int rows, int 
  * the partials' loop cost the 64-row producers ~4 us a call, session 12.) */
 static_assert(GT_OUT == QNORM_PART, "a block's outputs are one part of the residual's sums of squares");
 #define GT_SS_SMEM(rows) ((size_t)GT_OUT * (rows) * sizeof(float)) /* the squares of a block's rows */
+/* sc: gt_norm_after's row scales (shared, [row - row0]), or NULL; nx, nx_w: the job's (with ss). */
 template <int Q, int NT, bool SUM_BY_S, int RT = 4, bool DQ = false>
 __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, const qweight &W, float *__restrict__ y,
                                           float *__restrict__ part, unsigned *__restrict__ tick, int S, int s, int row0,
                                           int nt, int64_t ob, int64_t o0, bool wact, int lane, int bx, int *last,
-                                          float *__restrict__ ss) {
+                                          float *__restrict__ ss, const float *sc = nullptr,
+                                          unsigned short *__restrict__ nx = nullptr, const float *nx_w = nullptr) {
     extern __shared__ uint4 gt_smem[];
     float *sq = (float *)gt_smem; /* ss: [row - row0][GT_OUT] */
     float *dst = S > 1 ? part + (int64_t)s * n * W.n_out : y;
     const bool add = ss && S == 1; /* one slice: its sums go straight into the residual */
+    const bool scaled = sc && S == 1; /* one slice: its sums are the row's */
     const int g = lane >> 2, t = lane & 3;
+    const float nwv = ss ? gt_next_w(nx_w, ob, W.n_out) : 0.0f;
     if (wact && RT == 8) { /* acc[T] = {og, og, og8, og8} x rows {8T + 2t, 8T + 2t + 1} (gt_unit) */
 #pragma unroll
         for (int T = 0; T < NT; T++) {
@@ -66,7 +88,8 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
                 const int r = row0 + 8 * T + 2 * t + (c & 1);
                 const int64_t o = o0 + g + (c >> 1) * 8;
                 float *d = dst + (int64_t)r * W.n_out + o;
-                if (r < n && o < W.n_out) d[0] = add ? d[0] + acc[T][c] : acc[T][c];
+                if (r < n && o < W.n_out)
+                    d[0] = add ? d[0] + acc[T][c] : scaled ? __fmul_rn(acc[T][c], sc[r - row0]) : acc[T][c];
             }
         }
     } else if (wact) {
@@ -75,9 +98,10 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
             if (T >= nt) break;
             const int r = row0 + 4 * T + t;
             const bool fold = Q && !DQ; /* a folded unit's sums, else a chain's hi + lo columns */
-            const float v0 = fold ? acc[T][0] : acc[T][0] + acc[T][1], v1 = fold ? acc[T][1] : acc[T][2] + acc[T][3];
+            float v0 = fold ? acc[T][0] : acc[T][0] + acc[T][1], v1 = fold ? acc[T][1] : acc[T][2] + acc[T][3];
             float *d = dst + (int64_t)r * W.n_out + o0 + g;
             if (r < n) {
+                if (scaled) v0 = __fmul_rn(v0, sc[r - row0]), v1 = __fmul_rn(v1, sc[r - row0]);
                 if (o0 + g < W.n_out) d[0] = add ? d[0] + v0 : v0;
                 if (o0 + g + 8 < W.n_out) d[8] = add ? d[8] + v1 : v1;
             }
@@ -123,8 +147,10 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
                 else
                     v = gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
                 if (ss) v = res + v;
+                else if (sc) v = __fmul_rn(v, sc[r - row0]);
                 y[idx] = v;
             }
+            if (nx) gt_next_store(nx, W.n_out / 64, r, (int)o, v, nwv);
         }
         if (ss) sq[i] = v * v;
     }

@@ -19,9 +19,6 @@ static inline size_t gemv_tc_tile_unit_bytes(int kind, int rt = 4) {
     return kind ? (size_t)gt_cfg<64>::SXU * 16 + (size_t)rt * sizeof(float) : (size_t)gt_cfg<0>::SXU * 16;
 }
 
-/* bf16x, the decode precision (cu_decode_precision): 0 split, 1 bf16 x, GT_DQ bf16 x and 4-bit weights dequantized
- * before their MMAs (cuda_gemv.cuh's DQ; bf16 weights compute as in bf16). */
-#define GT_DQ 2
 /* Units a 4-bit weight's slice keeps at least in dequant mode, where the many-row kernel (gemv_dq_kernel) is what the
  * mode is for: fewer, longer slices, so a launch's clusters fit one wave (a 4096x4096 weight: 4 slices of 16 units,
  * 128 blocks in clusters of 4, where 8 slices of 8 took 256 blocks in clusters of 8, 240 of which fit at once). The
@@ -208,14 +205,17 @@ template <int Q> static inline cudaError_t gw_attr_q(cudaError_t e) {
     return gw_attr<Q, 16, 4>(gw_attr<Q, 8, 4>(gw_attr<Q, 4, 4>(e)));
 }
 /* Dequant mode's many-row kernels: gemv_dq_kernel, and gemv_wide_kernel's DQ form where the code has no wgmma. */
-template <int Q, int NT> static inline cudaError_t gdq_attr(cudaError_t e) {
-    e = gw_attr<Q, NT, 8, true>(e);
+template <int Q, int NT, int ROLE> static inline cudaError_t gdq_attr_role(cudaError_t e) {
     if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, false, ROLE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  gdq_cfg<NT>::SMEM);
-    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, true>,
+    return e == cudaSuccess ? cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, true, ROLE>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, gdq_cfg<NT>::SMEM)
                             : e;
+}
+template <int Q, int NT> static inline cudaError_t gdq_attr(cudaError_t e) {
+    e = gw_attr<Q, NT, 8, true>(e);
+    return gdq_attr_role<Q, NT, GDQ_AFTER>(gdq_attr_role<Q, NT, GDQ_NEXT>(gdq_attr_role<Q, NT, GDQ_PLAIN>(e)));
 }
 template <int Q> static inline cudaError_t gdq_attr_q(cudaError_t e) {
     return gdq_attr<Q, 8>(gdq_attr<Q, 4>(gdq_attr<Q, 2>(gt_attr_q<Q, true>(e))));
@@ -239,7 +239,7 @@ static inline int gdq_clusters_fit(int c) {
     cudaLaunchAttribute at[2];
     const cudaLaunchConfig_t cfg = cu_launch_config(at, false, c, dim3(64 * c), dim3(GT_THREADS), gdq_cfg<8>::SMEM, 0);
     int k = 0;
-    return cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true>, &cfg) == cudaSuccess ? k : 0;
+    return cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true, GDQ_PLAIN>, &cfg) == cudaSuccess ? k : 0;
 }
 /* The cluster finish unless QUILL_CUDA_GDQ_CLUSTER=0 or the device cannot place a cluster of GDQ_MAX_CLUSTER. */
 static inline int gdq_cluster_on(void) {
@@ -264,12 +264,20 @@ static inline int gdq_cluster(const gt_job &job, int nt) {
         if (job.S[i] < 2 || c % job.S[i] != 0 || (job.start[i + 1] - job.start[i]) % c != 0) return 0;
     return c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER) && gdq_cluster_on() ? c : 0;
 }
+template <int Q, int NT, int ROLE>
+static inline cudaError_t gdq_launch_role(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
+    if (const int c = gdq_cluster(job, NT))
+        return cu_launch_ex(cu_pdl_on(), c, gemv_dq_kernel<Q, NT, true, ROLE>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st,
+                            n, job);
+    return cu_launch(gemv_dq_kernel<Q, NT, false, ROLE>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n, job);
+}
 template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
     if (!gdq_wgmma(n, GT_DQ)) return gw_launch<Q, NT, 8, true>(blocks, st, n, job);
-    if (const int c = gdq_cluster(job, NT))
-        return cu_launch_ex(cu_pdl_on(), c, gemv_dq_kernel<Q, NT, true>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n,
-                            job);
-    return cu_launch(gemv_dq_kernel<Q, NT, false>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n, job);
+    switch (gdq_role<Q>(job)) {
+    case GDQ_NEXT: return gdq_launch_role<Q, NT, GDQ_NEXT>(blocks, st, n, job);
+    case GDQ_AFTER: return gdq_launch_role<Q, NT, GDQ_AFTER>(blocks, st, n, job);
+    default: return gdq_launch_role<Q, NT, GDQ_PLAIN>(blocks, st, n, job);
+    }
 }
 template <int Q, bool DQ = false>
 static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t smem, cudaStream_t st, const float *x,
@@ -319,6 +327,16 @@ static inline bool gemv_tc_glu_ok(const qglu &glu, const qweight *W) {
            cu_aligned16(glu.norm_w) && U % (upv * gemv_tc_split(W, kind)) == 0;
 }
 
+/* Whether a resid_matmul of W on n rows can write the next norm's split rows as it finishes (gt_job nx): in dequant
+ * mode, where both it and its consumers take gemv_dq_kernel (4-bit, many rows), with whole units of 64 outputs. The
+ * bytes they take: gemv_dq_kernel's split rows for K = n_out. */
+static inline bool gemv_tc_next_ok(int kind, const qweight *W, int n, int bf16x) {
+    return kind != 0 && gdq_wgmma(n, bf16x) && W->n_out % 64 == 0;
+}
+static inline size_t gemv_tc_next_bytes(const qweight *W, int n) {
+    return (size_t)((n + 7) / 8) * (size_t)(W->n_out / 64) * gt_cfg<64>::SXU * 16;
+}
+
 /* Whether x can enter the tensor-core kernels normalised by nm (qnorm): the norm weights' 16-byte loads. */
 static inline bool gemv_tc_norm_ok(const qnorm &nm) { return nm.ss && cu_aligned16(nm.w); }
 
@@ -330,6 +348,9 @@ struct gt_extra {
     const qnorm *norm;
     float *ss;
     int bf16x;
+    unsigned short *nx;   /* with ss: the next norm's split rows to write (gt_job), with nx_w; NULL: none */
+    const float *nx_w;
+    const void *xs_ready; /* with norm: x's split rows as a producer's nx left them (no split launch); NULL: split */
 };
 
 /* A launch of the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -363,10 +384,15 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
     if (ex.ss) {
         if (count != 1) return cudaErrorInvalidValue;
         job.ss = ex.ss;
+        job.nx = ex.nx, job.nx_w = ex.nx_w;
+        if (ex.nx && (!gemv_tc_next_ok(kind, W[0], n, ex.bf16x) || !ex.nx_w)) return cudaErrorInvalidValue;
     }
     job.in.bf16 = ex.bf16x;
     const int rt = gemv_tc_tile_rows(n, ex.bf16x);
-    if (gemv_tc_pre_bytes(W[0], n, ex.bf16x) > 0) {
+    if (ex.xs_ready) { /* a producer's nx: gemv_dq_kernel's order, the norm's scale after the product */
+        if (!ex.norm || kind == 0 || !gdq_wgmma(n, ex.bf16x)) return cudaErrorInvalidValue;
+        job.xs = (const uint4 *)ex.xs_ready;
+    } else if (gemv_tc_pre_bytes(W[0], n, ex.bf16x) > 0) {
         const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), tiles = (n + rt - 1) / rt;
         const int64_t items = tiles * U * GT_STAGE_ITEMS(rt);
         if (!pre || items > 2147483647LL) return cudaErrorInvalidValue;

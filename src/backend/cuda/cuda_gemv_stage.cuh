@@ -21,16 +21,27 @@
 #endif
 template <typename T> __device__ __forceinline__ T gt_ldx(const T *p) { return GT_X_COHERENT ? __ldcg(p) : __ldg(p); }
 
+/* bf16x, the decode precision (cu_decode_precision): 0 split, 1 bf16 x, GT_DQ bf16 x and 4-bit weights dequantized
+ * before their MMAs (cuda_gemv.cuh's DQ; bf16 weights compute as in bf16). */
+#define GT_DQ 2
 enum { GT_IN_X = 0, GT_IN_GLU = 1, GT_IN_NORM = 2, GT_IN_GNORM = 3 }; /* the input, gated, normalised, both */
 struct gt_input {
     qglu glu;               /* GT_IN_GLU (act 0, as zeroed: not gated) */
     const float *ss, *nw;   /* GT_IN_NORM (ss NULL: not normalised): sums of squares [n][parts], weights [K] */
     float eps;
     int parts;
-    int bf16; /* QUILL_DECODE_PRECISION=bf16: x enters as bf16(x), its lo part 0 (cuda_gemv.cuh) */
+    int bf16; /* QUILL_DECODE_PRECISION=bf16: x enters as bf16(x), its lo part 0 (cuda_gemv.cuh); GT_DQ: dequant */
 };
 __host__ __device__ inline int gt_in_kind(const gt_input &in) {
     return in.glu.act ? (in.glu.norm_w ? GT_IN_GNORM : GT_IN_GLU) : in.ss ? GT_IN_NORM : GT_IN_X;
+}
+/* A normalised input in dequant mode on 4-bit weights (Q != 0) takes the norm's scale after the product: x enters as
+ * bf16(x * w) and each row's sum (the slices' partials added in order) is multiplied by the row's scale where it is
+ * written (gt_finish, gdq_cluster_sum; the scales from gt_row_scales). x * w needs nothing but the value itself, so
+ * the residual's producer can write the consumer's split rows as its outputs finish (gt_next_store) and the
+ * consumer needs no split launch. Every kernel of the mode does the same (EXACT(batch)); the mode's bits are its own. */
+template <int Q> __host__ __device__ inline bool gt_norm_after(const gt_input &in) {
+    return Q != 0 && in.bf16 == GT_DQ && in.ss;
 }
 #define GT_GNORM_DIM 128 /* the gated norm's vectors: a warp's 8 (4-bit) or 16 (bf16) consecutive items */
 /* The norm's scale of row r (r < 0: none, the lane only takes part), by the four lanes t of a staging item
@@ -47,6 +58,17 @@ __device__ __forceinline__ float gt_norm_scale(const gt_input &in, int r, int t,
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     return rsqrtf(sum / (float)K + in.eps);
+}
+/* gt_norm_after: the scales of the block's rows row0 .. row0 + rows - 1 into sc (shared; rows <= GT_SCALE_ROWS), four
+ * lanes a row as gt_norm_scale, before the barrier that precedes the block's loop; rows past n take a scale unused. */
+#define GT_SCALE_ROWS 64
+__device__ __forceinline__ void gt_row_scales(const gt_input &in, int n, int64_t K, int row0, int rows, float *sc) {
+    const int lane = threadIdx.x & 31;
+    for (int i = threadIdx.x; i - lane < 4 * rows; i += blockDim.x) { /* warp-uniform: gt_norm_scale shuffles */
+        const int j = i >> 2, r = row0 + j;
+        const float s = gt_norm_scale(in, i < 4 * rows && r < n ? r : -1, i & 3, K);
+        if (i < 4 * rows && (i & 3) == 0) sc[j] = s;
+    }
 }
 /* The gated norm's scale of the 128-value vector whose EPT values this lane holds (zeros where the item is not
  * live), by the items of the vector together: its 32 quads' squares (norm_ss4's fma chains) added in warp_sum's
@@ -97,9 +119,12 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 /* The lane's first value of k-step j's b0 (its pairs: e0 and e0 + 4 for 4-bit, e0 and e0 + 1 bf16; b1 the next
  * ones): the K order the weight side's loads give each MMA. */
 template <int Q> __device__ __forceinline__ int gt_kstep_e0(int j) { return Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j; }
+/* sc (NORM, gt_norm_after): where the rows' scales go ([r - row0], from the items of unit 0), computed as the other
+ * items' loads go out; NULL where nothing reads them (the split rows). */
 template <int Q, int IN, int RT = 4, bool WGO = false>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
-                                         int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride) {
+                                         int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride,
+                                         float *sc = nullptr) {
     typedef gt_cfg<Q> C;
     const int items = nt * us * GT_STAGE_ITEMS(RT); /* < 2^31: checked where the split rows are launched */
     const int lane = i0 & 31;
@@ -127,7 +152,12 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             }
         };
         if constexpr (X_FIRST) load_x();
-        if constexpr (IN == GT_IN_NORM) scale = gt_norm_scale(in, live ? r : -1, t, K);
+        if constexpr (IN == GT_IN_NORM) {
+            const bool after = gt_norm_after<Q>(in); /* uniform; x * 1 * w = x * w, the scale after the product */
+            if (!after || sc) scale = gt_norm_scale(in, live ? r : -1, t, K);
+            if (after && sc && live && u == 0 && t == 0) sc[r - row0] = scale;
+            if (after) scale = 1.0f;
+        }
         if constexpr (!X_FIRST) load_x();
         if constexpr (IN == GT_IN_GNORM) scale = gt_gnorm_scale<C::EPT>(v, in.glu.norm_eps);
         if (live) {

@@ -133,6 +133,9 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT, RT>::MIN_BLOCKS)
                                      live);
         cu_cp_commit();
     }
+    __shared__ float sc[GT_SCALE_ROWS]; /* gt_norm_after (DQ): read after the loop's barriers */
+    const bool after = DQ && gt_norm_after<Q>(job.in);
+    if (after) gt_row_scales(job.in, n, P.W.n_in, P.row0, RT * NT, sc);
 
     float acc[NT][4];
     gt_zero(acc);
@@ -148,7 +151,7 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT, RT>::MIN_BLOCKS)
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
     gt_finish<Q, NT, true, RT, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, NT, P.ob, P.o0, P.wact, lane,
-                               P.bx, &last, job.ss);
+                                   P.bx, &last, job.ss, after ? sc : nullptr);
 }
 
 #endif

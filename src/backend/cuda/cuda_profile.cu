@@ -135,9 +135,10 @@ static qstatus p_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, cons
     return s;
 }
 
-static qstatus p_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss) {
+static qstatus p_resid_matmul(qbackend *be, float *xin, const qglu *glu, int n, const qweight *W, float *x, float *ss,
+                              const float *next_w) {
     const int k = begin_w(be, glu_label(glu, 1), W);
-    const qstatus s = P.real->resid_matmul(be, xin, glu, n, W, x, ss);
+    const qstatus s = P.real->resid_matmul(be, xin, glu, n, W, x, ss, next_w);
     end(be, k);
     return s;
 }
