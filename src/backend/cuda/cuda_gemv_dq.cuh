@@ -96,21 +96,13 @@ __device__ __forceinline__ void gdq_next(int c, int chunks, int us, uint32_t b0,
  * read it. */
 #define GDQ_LD (GT_OUT + 4)
 #define GDQ_MAX_CLUSTER 8 /* the portable cluster size; a job with a larger S takes gt_finish */
-/* The roles of gemv_dq_kernel's instances, so that each compiles only what it does: GDQ_PLAIN (x or a gate; with ss
- * the residual), GDQ_NEXT (resid_matmul writing the next norm's split rows, job.nx), GDQ_AFTER (a normalised input
- * taking the norm's scale after the product, gt_norm_after). One instance for all three made every launch slower,
- * the head +4.4 % (session 29). */
-enum { GDQ_PLAIN = 0, GDQ_NEXT = 1, GDQ_AFTER = 2 };
-template <int Q> __host__ __device__ inline int gdq_role(const gt_job &job) {
-    return job.nx ? GDQ_NEXT : gt_norm_after<Q>(job.in) ? GDQ_AFTER : GDQ_PLAIN;
-}
-/* GDQ_AFTER's row scales (gdq_scales, written before the loop, read by the finish): in the 1024 bytes that align the
- * stages, before them where GDQ_SC bytes lie there (the cluster finish's sums then start past them), else after them;
- * not static shared memory, which would take the 8-tile instances to the next carveout (gdq_cfg). */
+/* gt_norm_after's row scales (gdq_scales): in the 1024 bytes that align the stages, before them where GDQ_SC bytes lie
+ * there, else after them; the cluster finish's sums start past GDQ_SC. Not static shared memory: at 8 tiles two
+ * blocks of 97 KB fill the 196 KB shared carveout exactly, and 256 bytes more took the next one (228 KB), whose
+ * 28 KB of L1 the weight loads then miss (64 streams 9,640 -> 8,420 tokens/s, session 29). */
 #define GDQ_SC (GT_SCALE_ROWS * 4)
-template <int NT, int ROLE> struct gdq_fin_cfg {
-    static constexpr int ROWS = 8 * NT, SUMS = ROLE == GDQ_AFTER ? GDQ_SC : 0; /* byte offsets in the shared memory */
-    static constexpr int SQ = SUMS + ROWS * GDQ_LD * 4;
+template <int NT> struct gdq_fin_cfg {
+    static constexpr int ROWS = 8 * NT, SUMS = GDQ_SC, SQ = SUMS + ROWS * GDQ_LD * 4; /* byte offsets */
     static_assert(SQ + GT_SS_SMEM(ROWS) <= gdq_cfg<NT>::STAGES * gdq_cfg<NT>::B_BYTES,
                   "the scales, the sums and the squares fit the stages");
 };
@@ -118,16 +110,30 @@ __device__ __forceinline__ float *gdq_scales(uint32_t base, uint32_t b0, int sta
     extern __shared__ uint4 gt_smem[];
     return (float *)((char *)gt_smem + (b0 - base >= GDQ_SC ? 0u : b0 - base + (uint32_t)stage_bytes));
 }
-/* Block s's rows of its tile summed over the S blocks at ranks r0.. (at: the sums' shared address), every load out
- * before the first add; into y (plus the residual with ss; GDQ_AFTER: times the row's scale from sc) and, with ss,
- * their squares into sq; GDQ_NEXT: the next norm's split rows too (nwv: this thread's output's norm weight). */
+enum { GDQ_PLAIN = 0, GDQ_NEXT = 1, GDQ_AFTER = 2 };
+template <int Q> __host__ __device__ inline int gdq_role(const gt_job &job) {
+    return job.nx ? GDQ_NEXT : gt_norm_after<Q>(job.in) ? GDQ_AFTER : GDQ_PLAIN;
+}
 template <int Q, int NT, int S, int ROLE>
-__device__ __forceinline__ void gdq_cluster_sum(int n, const gt_place<Q> &P, const gt_job &job, const float *sc,
-                                                float nwv, float *__restrict__ sq, uint32_t at, int r0) {
+__device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, const gt_place<Q> &P, const gt_job &job,
+                                             const float *sc, int lane, int warp) {
+    typedef gdq_fin_cfg<NT> F;
     constexpr int R = 8 * NT / S, ITER = R * GT_OUT / GT_THREADS;
     static_assert(R * GT_OUT % GT_THREADS == 0, "whole rounds of the block's threads");
-    const int n_out = (int)P.W.n_out;
+    extern __shared__ uint4 gt_smem[];
+    float *sums = (float *)((char *)gt_smem + F::SUMS), *sq = (float *)((char *)gt_smem + F::SQ);
     float *__restrict__ ss = job.ss;
+    const int g = lane >> 2, t = lane & 3, n_out = (int)P.W.n_out;
+    const float nwv = ROLE == GDQ_NEXT ? gt_next_w(job.nx_w, P.ob, n_out) : 0.0f; /* before the barriers */
+    __syncthreads(); /* every warp is done with the stages */
+    /* every warp, past the outputs too: the readers load whole rows (and discard those outputs), never the stages' x */
+#pragma unroll
+    for (int T = 0; T < NT; T++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
+    cu_cluster_sync();
+    const int r0 = cu_cluster_rank() - P.s;
+    const uint32_t at = cu_smem_addr(sums);
     uint32_t src[S];
 #pragma unroll
     for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
@@ -154,35 +160,21 @@ __device__ __forceinline__ void gdq_cluster_sum(int n, const gt_place<Q> &P, con
         }
         if (ss) sq[i] = here ? sum * sum : 0.0f;
     }
+    if (ss) {
+        const int first = P.row0 + P.s * R;
+        __syncthreads();
+        gt_store_squares(sq, min(R, n - first), first, (n_out + GT_OUT - 1) / GT_OUT, P.ob, ss, lane);
+    }
+    cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
 }
 template <int Q, int NT, int ROLE>
 __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
                                                    const gt_job &job, const float *sc, int lane, int warp) {
-    typedef gdq_fin_cfg<NT, ROLE> F;
-    extern __shared__ uint4 gt_smem[];
-    float *sums = (float *)((char *)gt_smem + F::SUMS), *sq = (float *)((char *)gt_smem + F::SQ);
-    const int g = lane >> 2, t = lane & 3;
-    const float nwv = ROLE == GDQ_NEXT ? gt_next_w(job.nx_w, P.ob, P.W.n_out) : 0.0f; /* before the barriers */
-    __syncthreads(); /* every warp is done with the stages */
-    /* every warp, past the outputs too: the readers load whole rows (and discard those outputs), never the stages' x */
-#pragma unroll
-    for (int T = 0; T < NT; T++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
-    cu_cluster_sync();
-    const int r0 = cu_cluster_rank() - P.s;
-    const uint32_t at = cu_smem_addr(sums);
     switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER, at least 2 (gdq_cluster) */
-    case 2: gdq_cluster_sum<Q, NT, 2, ROLE>(n, P, job, sc, nwv, sq, at, r0); break;
-    case 4: gdq_cluster_sum<Q, NT, 4, ROLE>(n, P, job, sc, nwv, sq, at, r0); break;
-    default: gdq_cluster_sum<Q, NT, 8, ROLE>(n, P, job, sc, nwv, sq, at, r0); break;
+    case 2: gdq_finish_s<Q, NT, 2, ROLE>(acc, n, P, job, sc, lane, warp); break;
+    case 4: gdq_finish_s<Q, NT, 4, ROLE>(acc, n, P, job, sc, lane, warp); break;
+    default: gdq_finish_s<Q, NT, 8, ROLE>(acc, n, P, job, sc, lane, warp); break;
     }
-    if (job.ss) {
-        const int R = F::ROWS / P.S, first = P.row0 + P.s * R;
-        __syncthreads();
-        gt_store_squares(sq, min(R, n - first), first, (P.W.n_out + GT_OUT - 1) / GT_OUT, P.ob, job.ss, lane);
-    }
-    cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
 }
 
 /* Every warp of a warpgroup issues its wgmmas, so warps past the outputs compute on clamped rows and do not write.
