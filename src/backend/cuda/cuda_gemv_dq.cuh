@@ -110,10 +110,18 @@ __device__ __forceinline__ float *gdq_scales(uint32_t base, uint32_t b0, int sta
     extern __shared__ uint4 gt_smem[];
     return (float *)((char *)gt_smem + (b0 - base >= GDQ_SC ? 0u : b0 - base + (uint32_t)stage_bytes));
 }
+/* The roles of gemv_dq_kernel's instances, so that each compiles only what it does: GDQ_PLAIN (x or a gate; with ss
+ * the residual), GDQ_NEXT (resid_matmul writing the next norm's split rows, job.nx), GDQ_AFTER (a normalised input
+ * taking the norm's scale after the product, gt_norm_after). One instance for all three made every launch slower,
+ * the head +4.4 % (session 29). */
 enum { GDQ_PLAIN = 0, GDQ_NEXT = 1, GDQ_AFTER = 2 };
 template <int Q> __host__ __device__ inline int gdq_role(const gt_job &job) {
     return job.nx ? GDQ_NEXT : gt_norm_after<Q>(job.in) ? GDQ_AFTER : GDQ_PLAIN;
 }
+/* The cluster finish for S blocks: each block's accumulators into its sums, then block s's rows of the tile summed
+ * over the S blocks (every load out before the first add) into y (plus the residual with ss, and their squares;
+ * GDQ_AFTER: times the row's scale from sc; GDQ_NEXT: the next norm's split rows too). The whole finish is an
+ * instance for each S: 16 / 32 streams +1.4 / +0.8 % over one with the barriers outside the switch (session 31). */
 template <int Q, int NT, int S, int ROLE>
 __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, const gt_place<Q> &P, const gt_job &job,
                                              const float *sc, int lane, int warp) {
