@@ -97,6 +97,10 @@ typedef struct qnorm {
     /* 1: x and ss are what the resid_matmul just before left, told this norm's w as next_w, and nothing wrote x
      * since; a backend may then read x in a form that call prepared (the CUDA backend's dequant mode). 0: any x. */
     int from_resid;
+    /* 1 (norm_matmul_multi of two weights of one shape): y[0] and y[1] are the gate and up of a silu GLU whose
+     * product the next matmul takes (glu_matmul or resid_matmul with the gate y[0] and x y[1]); a backend may then
+     * also leave that product in a form the next matmul reads (the CUDA backend's dequant mode). 0: no such use. */
+    int glu_pair;
 } qnorm;
 
 /* The GDN gates' operands (gdn_gates), for conv1d_silu_gates: a, b, g, beta [n][heads]. conv_settled: as

@@ -305,8 +305,9 @@ static qstatus res_range(qwen35_model *m, int r, float *xin, const qglu *glu, co
 }
 
 /* y[i] = (the normed residual) . W[i]^T over the batch: from s->h, or in a range whose boundary ran fused, x
- * normalised by norm_w as it is read. */
-static qstatus norm_mm(qwen35_model *m, const float *norm_w, int count, const qweight *const *W, float *const *y) {
+ * normalised by norm_w as it is read. glu_pair: y[0], y[1] are a silu GLU's gate and up (qnorm). */
+static qstatus norm_mm(qwen35_model *m, const float *norm_w, int count, const qweight *const *W, float *const *y,
+                       int glu_pair) {
     qwen35_scratch *s = m->scratch;
     const int64_t H = m->cfg.hidden;
     for (int r = 0; r < s->n_ranges; r++) {
@@ -318,7 +319,7 @@ static qstatus norm_mm(qwen35_model *m, const float *norm_w, int count, const qw
             continue;
         }
         /* from_resid: x's rows are res_range's, which was told norm_w, and only it wrote them since */
-        const qnorm nm = {s->ss + r0 * norm_parts(&m->cfg), norm_w, m->cfg.rms_eps, 1};
+        const qnorm nm = {s->ss + r0 * norm_parts(&m->cfg), norm_w, m->cfg.rms_eps, 1, glu_pair};
         Q_TRY(m->be->ops->norm_matmul_multi(m->be, s->x + r0 * H, &nm, s->range_start[r + 1] - r0, count, W, yr));
     }
     return Q_OK;
@@ -335,7 +336,7 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     const qweight *W[4];
     layer_in_weights(L, W);
     float *const Y[3] = {s->qg, s->k, s->v}; /* qg: per head [query | gate] */
-    Q_TRY(norm_mm(m, L->input_norm, 3, W, Y));
+    Q_TRY(norm_mm(m, L->input_norm, 3, W, Y, 0));
     if (be->ops->qk_norm_rope) {
         Q_TRY(be->ops->qk_norm_rope(be, s->qg, 2 * D, w->q_norm, s->q, s->k, w->k_norm, n, nq, nkv, D, c->rms_eps,
                                     c->rot_dim, s->pos, c->rope_theta));
@@ -372,7 +373,7 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     const qweight *W[4];
     layer_in_weights(L, W);
     float *const Y[4] = {s->qkv, s->z, s->b, s->a};
-    Q_TRY(norm_mm(m, L->input_norm, 4, W, Y));
+    Q_TRY(norm_mm(m, L->input_norm, 4, W, Y, 0));
     for (int i = 0; i < n_seqs; i++) {
         s->p0[i] = states[s->seq_stream[i]]->conv[l];
         s->p1[i] = states[s->seq_stream[i]]->S[l];
@@ -410,7 +411,7 @@ static qstatus mlp_block(qwen35_model *m, int l) {
     qbackend *be = m->be;
     const qweight *W[2] = {&L->gate_proj, &L->up_proj}, *C[4];
     float *const Y[2] = {s->gate, s->up};
-    Q_TRY(norm_mm(m, L->post_norm, 2, W, Y));
+    Q_TRY(norm_mm(m, L->post_norm, 2, W, Y, 1));
     /* per range, swiglu into the down projection's input where the backend can (bitwise the same as swiglu,
      * then the matmul): a prompt range by swiglu_matmul_prefill, a decode range by glu_matmul or resid_matmul */
     const int64_t I = m->cfg.intermediate, D = L->down_proj.n_out;

@@ -57,6 +57,9 @@ struct cu_gemv {
     unsigned short *nx; /* the next norm's split rows, as the last resid_matmul left them (gemv_tc_next_ok) */
     size_t nx_bytes;
     struct { const float *x, *ss, *w; int n; } nx_for; /* the boundary nx holds (x NULL: none) */
+    unsigned short *gx; /* a GLU's product as split rows, as the last GLU pair left them (gemv_tc_glu_rows_ok) */
+    size_t gx_bytes;
+    struct { const float *g, *u; int n; } gx_for; /* the gate and up gx was made of (g NULL: none) */
     int attr_set;
 };
 
@@ -66,6 +69,7 @@ void cu_gemv_free(cuda_state *s) {
     cudaFree(s->gemv->tick);
     cudaFree(s->gemv->pre);
     cudaFree(s->gemv->nx);
+    cudaFree(s->gemv->gx);
     free(s->gemv);
     s->gemv = NULL;
 }
@@ -182,6 +186,35 @@ static qstatus next_norm_rows(qbackend *be, const float *x, int n, const qweight
     return Q_OK;
 }
 
+/* The MLP's boundary between its gate + up and its down projection (qnorm glu_pair): in dequant mode the pair's launch
+ * leaves the GLU's product as the down projection's split rows (gx) as it finishes, and a glu_matmul / resid_matmul
+ * of the same gate, x and n reads them instead of a split launch. Any other norm launch forgets gx, as does its
+ * consumer. QUILL_CUDA_GLU_ROWS=0 always splits (an A/B in one build; the bits are the same). */
+static int glu_rows_on(void) {
+    static int on = -1;
+    return cu_env_on("QUILL_CUDA_GLU_ROWS", &on);
+}
+static qstatus glu_pair_rows(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
+                             int kind, gt_extra *ex) {
+    struct cu_gemv *g = ((cuda_state *)be->impl)->gemv;
+    if (ex->norm) {
+        g->gx_for.g = NULL;
+        if (!ex->norm->glu_pair || count != 2 || !glu_rows_on() || !gemv_tc_glu_rows_ok(kind, W, n, ex->bf16x))
+            return Q_OK;
+        Q_TRY(cu_grow((cuda_state *)be->impl, (void **)&g->gx, &g->gx_bytes, gemv_tc_next_bytes(W[0], n),
+                      "matmul GLU rows"));
+        ex->gx = g->gx;
+        g->gx_for.g = y[0], g->gx_for.u = y[1], g->gx_for.n = n;
+        return Q_OK;
+    }
+    const qglu *gl = ex->glu;
+    if (gl && gl->g == g->gx_for.g && x == g->gx_for.u && n == g->gx_for.n && gl->act == QGLU_SILU && !gl->norm_w &&
+        gl->dim == gl->g_stride && gl->g_stride == W[0]->n_in && count == 1 && kind != 0 && gdq_wgmma(n, ex->bf16x))
+        ex->xs_ready = g->gx;
+    g->gx_for.g = NULL;
+    return Q_OK;
+}
+
 /* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch; x as
  * QUILL_DECODE_PRECISION asks. */
 static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
@@ -201,6 +234,7 @@ static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const q
     Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n, ex.bf16x), &part, &tick, &pre));
     for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
     Q_TRY(next_norm_rows(be, x, n, W[0], y[0], kind, &ex));
+    Q_TRY(glu_pair_rows(be, x, n, count, W, y, kind, &ex));
     CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), ex),
            "matmul (tensor-core gemv)");
     return Q_OK;

@@ -337,6 +337,10 @@ struct gt_job {
     unsigned short *nx; /* with ss in dequant mode (gemv_dq_kernel), else NULL: the next norm's split rows, bf16(y nx_w)
                          * in gemv_dq_kernel's order for K = n_out (gt_next_store), written as y's rows finish */
     const float *nx_w;
+    unsigned short *gx; /* a GLU pair (gemv_dq_kernel's GDQ_GLU), else NULL: W[0] and W[1] are a silu GLU's gate and up
+                         * (one shape, a normalised x, all the blocks weight 0's: start[1] = start[2]); a block takes
+                         * 64 outputs of each (warpgroup 0 the gate's, 1 the up's) and its cluster finish leaves
+                         * bf16(silu(gate) up) in gemv_dq_kernel's split rows for K = n_out (gt_split_store) */
     int loop;        /* gemv_tc_kernel LOOP (one weight, one row chunk, no ss): block b takes the output blocks
                       * b % loop, b % loop + loop, ... of slice b / loop */
 };
@@ -352,7 +356,7 @@ template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
  * lanes' weight, scale and bias pointers at the slice's first unit. rows: rows per row chunk; vb: the block's
  * number in the launch's (weight, slice, output block, row chunk) order (blockIdx.x, except in a LOOP kernel), or
  * with s_inner in (weight, output block, row chunk, slice) order: a tile's S slices side by side (gemv_dq_kernel's
- * clusters). */
+ * clusters). pair (job.gx): output blocks of 64 outputs of each of W[0] and W[1], the second warpgroup's W[1]'s. */
 template <int Q> struct gt_place {
     qweight W;
     float *y, *part;
@@ -364,7 +368,7 @@ template <int Q> struct gt_place {
 };
 template <int Q>
 __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int rows, int lane, int warp,
-                                                 unsigned vb, bool s_inner = false) {
+                                                 unsigned vb, bool s_inner = false, bool pair = false) {
     typedef gt_cfg<Q> C;
     gt_place<Q> P;
     int i = 0; /* the block's weight: constant indices only, so the job stays in parameter space */
@@ -381,9 +385,12 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
      * < 2^31, units per row < 2^26, blocks < 2^31 (the launch checks); byte offsets widen at the end. */
     const int t = lane & 3;
     const unsigned n_rc = (unsigned)(n + rows - 1) / rows;
-    const int n_out = (int)P.W.n_out, K = (int)P.W.n_in;
+    const int n_out = (int)P.W.n_out, K = (int)P.W.n_in, ob_out = pair ? GT_OUT / 2 : GT_OUT;
+    /* job.gx: the up's warpgroup takes W[1]'s data; the shapes stay W[0]'s, which the compiler knows to be uniform
+     * (from W[1] the ring's index math left the uniform datapath: +7 % instructions in the unit loop, session 32) */
+    if (pair && warp >= GT_WARPS / 2) P.W = job.W[1], P.y = job.y[1];
     P.U = K / C::UK;
-    const unsigned n_ob = (unsigned)(n_out + GT_OUT - 1) / GT_OUT, per_s = n_ob * n_rc;
+    const unsigned n_ob = (unsigned)(n_out + ob_out - 1) / ob_out, per_s = n_ob * n_rc;
     const unsigned local = vb - (unsigned)b0, bxu = s_inner ? local / (unsigned)P.S : local % per_s;
     P.bx = (int)bxu, P.s = (int)(s_inner ? local % (unsigned)P.S : local / per_s);
     const int rc = (int)(bxu % n_rc);
@@ -392,7 +399,7 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
     const int u_begin = (int)((unsigned)(P.s * P.U) / (unsigned)P.S);
     const int u_end = (int)((unsigned)((P.s + 1) * P.U) / (unsigned)P.S);
     P.us = u_end - u_begin, P.ub = u_begin;
-    P.o0 = P.ob * GT_OUT + warp * 16;
+    P.o0 = P.ob * ob_out + (pair ? warp % (GT_WARPS / 2) : warp) * 16;
     P.wact = P.o0 < n_out;
     const int og = min(P.o0 + (lane >> 2), n_out - 1), og8 = min(P.o0 + (lane >> 2) + 8, n_out - 1);
     const int row_bytes = Q ? K / 2 : K * 2; /* < 2^31: K < 2^30 */

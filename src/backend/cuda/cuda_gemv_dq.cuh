@@ -112,11 +112,12 @@ __device__ __forceinline__ float *gdq_scales(uint32_t base, uint32_t b0, int sta
 }
 /* The roles of gemv_dq_kernel's instances, so that each compiles only what it does: GDQ_PLAIN (x or a gate; with ss
  * the residual), GDQ_NEXT (resid_matmul writing the next norm's split rows, job.nx), GDQ_AFTER (a normalised input
- * taking the norm's scale after the product, gt_norm_after). One instance for all three made every launch slower,
- * the head +4.4 % (session 29). */
-enum { GDQ_PLAIN = 0, GDQ_NEXT = 1, GDQ_AFTER = 2 };
+ * taking the norm's scale after the product, gt_norm_after), GDQ_GLU (a GLU pair, job.gx: GDQ_AFTER's product for a
+ * gate and an up, whose finish leaves the GLU's split rows; clusters only). One instance for the first three made
+ * every launch slower, the head +4.4 % (session 29). */
+enum { GDQ_PLAIN = 0, GDQ_NEXT = 1, GDQ_AFTER = 2, GDQ_GLU = 3 };
 template <int Q> __host__ __device__ inline int gdq_role(const gt_job &job) {
-    return job.nx ? GDQ_NEXT : gt_norm_after<Q>(job.in) ? GDQ_AFTER : GDQ_PLAIN;
+    return job.gx ? GDQ_GLU : job.nx ? GDQ_NEXT : gt_norm_after<Q>(job.in) ? GDQ_AFTER : GDQ_PLAIN;
 }
 /* The cluster finish for S blocks: each block's accumulators into its sums, then block s's rows of the tile summed
  * over the S blocks (every load out before the first add) into y (plus the residual with ss, and their squares;
@@ -175,9 +176,70 @@ __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, c
     }
     cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
 }
+/* GDQ_GLU's cluster finish for S blocks: the sums stored as gdq_finish_s stores them (columns 0-63 the gate's outputs
+ * 64 ob + c, 64-127 the up's), then block s takes rows [s R, s R + R) of the tile, each thread a (row, c): the gate's
+ * and the up's sums over the S blocks in slice order, each times the row's scale (GDQ_AFTER's bits), into y[0] and
+ * y[1], and bf16(swiglu(gate, up)) into job.gx, what gemv_split_kernel's GLU staging makes of those two. */
+template <int Q, int NT, int S>
+__device__ __forceinline__ void gdq_finish_glu_s(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
+                                                 const gt_job &job, const float *sc, int lane, int warp) {
+    typedef gdq_fin_cfg<NT> F;
+    constexpr int H = GT_OUT / 2, R = 8 * NT / S, ITEMS = R * H, ITER = (ITEMS + GT_THREADS - 1) / GT_THREADS;
+    extern __shared__ uint4 gt_smem[];
+    float *sums = (float *)((char *)gt_smem + F::SUMS);
+    const int g = lane >> 2, t = lane & 3, n_out = (int)job.W[0].n_out;
+    __syncthreads(); /* every warp is done with the stages */
+#pragma unroll
+    for (int T = 0; T < NT; T++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
+    cu_cluster_sync();
+    const int r0 = cu_cluster_rank() - P.s;
+    const uint32_t at = cu_smem_addr(sums);
+    uint32_t src[S];
+#pragma unroll
+    for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
+    /* 16 loads out at once: with fewer, or all of them, ptxas spilled more at 8 tiles */
+    constexpr int KB = ITER < 8 / S ? ITER : 8 / S > 0 ? 8 / S : 1;
+#pragma unroll
+    for (int k0 = 0; k0 < ITER; k0 += KB) {
+        float vg[KB][S], vu[KB][S];
+#pragma unroll
+        for (int k = 0; k < KB; k++) {
+            const int i = min((int)threadIdx.x + (k0 + k) * GT_THREADS, ITEMS - 1), rl = P.s * R + i / H;
+            const uint32_t off = (uint32_t)(rl * GDQ_LD + i % H) * 4u;
+#pragma unroll
+            for (int q = 0; q < S; q++)
+                vg[k][q] = cu_cluster_ld(src[q] + off), vu[k][q] = cu_cluster_ld(src[q] + off + H * 4);
+        }
+#pragma unroll
+        for (int k = 0; k < KB; k++) {
+            const int i = threadIdx.x + (k0 + k) * GT_THREADS, rl = P.s * R + i / H, r = P.row0 + rl;
+            const int o = P.ob * H + i % H;
+            float gs = vg[k][0], us = vu[k][0];
+#pragma unroll
+            for (int q = 1; q < S; q++) gs += vg[k][q], us += vu[k][q];
+            if (k0 + k < ITER && i < ITEMS && r < n && o < n_out) {
+                gs = __fmul_rn(gs, sc[rl]), us = __fmul_rn(us, sc[rl]);
+                job.y[0][(int64_t)r * n_out + o] = gs;
+                job.y[1][(int64_t)r * n_out + o] = us;
+                gt_split_store(job.gx, n_out / 64, r, o, swiglu_f(gs, us));
+            }
+        }
+    }
+    cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
+}
 template <int Q, int NT, int ROLE>
 __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
                                                    const gt_job &job, const float *sc, int lane, int warp) {
+    if constexpr (ROLE == GDQ_GLU) {
+        switch (P.S) {
+        case 2: gdq_finish_glu_s<Q, NT, 2>(acc, n, P, job, sc, lane, warp); break;
+        case 4: gdq_finish_glu_s<Q, NT, 4>(acc, n, P, job, sc, lane, warp); break;
+        default: gdq_finish_glu_s<Q, NT, 8>(acc, n, P, job, sc, lane, warp); break;
+        }
+        return;
+    }
     switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER, at least 2 (gdq_cluster) */
     case 2: gdq_finish_s<Q, NT, 2, ROLE>(acc, n, P, job, sc, lane, warp); break;
     case 4: gdq_finish_s<Q, NT, 4, ROLE>(acc, n, P, job, sc, lane, warp); break;
@@ -197,7 +259,9 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
-    const gt_place<Q> P = gt_locate<Q>(job, n, 8 * NT, lane, warp, blockIdx.x, CL);
+    constexpr bool SCALED = ROLE == GDQ_AFTER || ROLE == GDQ_GLU;
+    static_assert(ROLE != GDQ_GLU || CL, "a GLU pair finishes in its cluster");
+    const gt_place<Q> P = gt_locate<Q>(job, n, 8 * NT, lane, warp, blockIdx.x, CL, ROLE == GDQ_GLU);
     const int us = P.us, live = (n - P.row0 + 7) / 8, chunks = (us + D - 1) / D;
     const uint32_t base = cu_smem_addr(gt_smem), b0 = (base + 1023u) & ~1023u;
 
@@ -212,8 +276,8 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
         if (c < chunks) gdq_stage_load<NT>(b0 + c * G::B_BYTES, xs, ts, c * D, min(D, us - c * D), live);
         cu_cp_commit();
     }
-    if constexpr (ROLE == GDQ_AFTER) /* read after the loop's barriers */
-        gt_row_scales(job.in, n, P.W.n_in, P.row0, 8 * NT, gdq_scales(base, b0, G::STAGES * G::B_BYTES));
+    if constexpr (SCALED) /* read after the loop's barriers */
+        gt_row_scales(job.in, n, job.W[0].n_in, P.row0, 8 * NT, gdq_scales(base, b0, G::STAGES * G::B_BYTES));
     float acc[NT][4];
     gt_zero(acc);
     float(&d4)[4 * NT] = reinterpret_cast<float(&)[4 * NT]>(acc);
@@ -244,7 +308,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
         wg_wait<0>();
     }
     cu_cp_wait<0>(); /* nothing may be left in flight into shared memory at exit */
-    const float *sc = ROLE == GDQ_AFTER ? gdq_scales(base, b0, G::STAGES * G::B_BYTES) : nullptr;
+    const float *sc = SCALED ? gdq_scales(base, b0, G::STAGES * G::B_BYTES) : nullptr;
     if constexpr (CL)
         gdq_finish_cluster<Q, NT, ROLE>(acc, n, P, job, sc, lane, warp);
     else

@@ -34,16 +34,20 @@ __device__ __forceinline__ void gt_store_squares(const float *sq, int rows, int 
     }
 }
 
-/* The residual's new value v of row r, output o, as the next norm's consumer takes it (gt_norm_after): bf16(v * w) at
- * its place in gemv_dq_kernel's split rows for K = n_out (U units of 64; gt_stage WGO's layout: tile r / 8, unit o / 64,
- * row r % 8, then lane t = (o % 64) / 16's element e = o % 16 in word 8 j + 4 (e & 1) + t, half (e >> 2) & 1, where
- * k-step j = 2 (e >> 3) + ((e >> 1) & 1) (gt_kstep_e0)). */
-__device__ __forceinline__ void gt_next_store(unsigned short *__restrict__ nx, int64_t U, int64_t r, int o, float v,
-                                              float w) {
+/* bf16(v) as input o of row r in gemv_dq_kernel's split rows for K = 64 U (U units of 64; gt_stage WGO's layout: tile
+ * r / 8, unit o / 64, row r % 8, then lane t = (o % 64) / 16's element e = o % 16 in word 8 j + 4 (e & 1) + t, half
+ * (e >> 2) & 1, where k-step j = 2 (e >> 3) + ((e >> 1) & 1) (gt_kstep_e0)). */
+__device__ __forceinline__ void gt_split_store(unsigned short *__restrict__ xs, int64_t U, int64_t r, int o, float v) {
     const int kk = o & 63, t = kk >> 4, e = kk & 15;
     const int word = 8 * (2 * (e >> 3) + ((e >> 1) & 1)) + 4 * (e & 1) + t;
     const int64_t at = (((r >> 3) * U + (o >> 6)) * 256 + (r & 7) * 32 + word) * 2 + ((e >> 2) & 1);
-    nx[at] = __bfloat16_as_ushort(__float2bfloat16_rn(__fmul_rn(v, w)));
+    xs[at] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+/* The residual's new value v of row r, output o, as the next norm's consumer takes it (gt_norm_after): bf16(v * w) in
+ * its split rows for K = n_out. */
+__device__ __forceinline__ void gt_next_store(unsigned short *__restrict__ nx, int64_t U, int64_t r, int o, float v,
+                                              float w) {
+    gt_split_store(nx, U, r, o, __fmul_rn(v, w));
 }
 /* The next norm's weight of this thread's output in the finishes' loops (output ob GT_OUT + threadIdx.x % GT_OUT
  * in every round: GT_THREADS is a multiple of GT_OUT), loaded before their barriers. */

@@ -206,16 +206,18 @@ template <int Q> static inline cudaError_t gw_attr_q(cudaError_t e) {
 }
 /* Dequant mode's many-row kernels: gemv_dq_kernel, and gemv_wide_kernel's DQ form where the code has no wgmma. */
 template <int Q, int NT, int ROLE> static inline cudaError_t gdq_attr_role(cudaError_t e) {
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, false, ROLE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 gdq_cfg<NT>::SMEM);
+    if constexpr (ROLE != GDQ_GLU) /* a GLU pair only in clusters (gemv_tc_glu_rows_ok) */
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, false, ROLE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     gdq_cfg<NT>::SMEM);
     return e == cudaSuccess ? cudaFuncSetAttribute(gemv_dq_kernel<Q, NT, true, ROLE>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, gdq_cfg<NT>::SMEM)
                             : e;
 }
 template <int Q, int NT> static inline cudaError_t gdq_attr(cudaError_t e) {
     e = gw_attr<Q, NT, 8, true>(e);
-    return gdq_attr_role<Q, NT, GDQ_AFTER>(gdq_attr_role<Q, NT, GDQ_NEXT>(gdq_attr_role<Q, NT, GDQ_PLAIN>(e)));
+    e = gdq_attr_role<Q, NT, GDQ_AFTER>(gdq_attr_role<Q, NT, GDQ_NEXT>(gdq_attr_role<Q, NT, GDQ_PLAIN>(e)));
+    return gdq_attr_role<Q, NT, GDQ_GLU>(e);
 }
 template <int Q> static inline cudaError_t gdq_attr_q(cudaError_t e) {
     return gdq_attr<Q, 8>(gdq_attr<Q, 4>(gdq_attr<Q, 2>(gt_attr_q<Q, true>(e))));
@@ -269,13 +271,17 @@ static inline cudaError_t gdq_launch_role(unsigned blocks, cudaStream_t st, int 
     if (const int c = gdq_cluster(job, NT))
         return cu_launch_ex(cu_pdl_on(), c, gemv_dq_kernel<Q, NT, true, ROLE>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st,
                             n, job);
-    return cu_launch(gemv_dq_kernel<Q, NT, false, ROLE>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n, job);
+    if constexpr (ROLE == GDQ_GLU)
+        return cudaErrorInvalidValue; /* the plan checked gdq_cluster */
+    else
+        return cu_launch(gemv_dq_kernel<Q, NT, false, ROLE>, blocks, GT_THREADS, gdq_cfg<NT>::SMEM, st, n, job);
 }
 template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
     if (!gdq_wgmma(n, GT_DQ)) return gw_launch<Q, NT, 8, true>(blocks, st, n, job);
     switch (gdq_role<Q>(job)) {
     case GDQ_NEXT: return gdq_launch_role<Q, NT, GDQ_NEXT>(blocks, st, n, job);
     case GDQ_AFTER: return gdq_launch_role<Q, NT, GDQ_AFTER>(blocks, st, n, job);
+    case GDQ_GLU: return gdq_launch_role<Q, NT, GDQ_GLU>(blocks, st, n, job);
     default: return gdq_launch_role<Q, NT, GDQ_PLAIN>(blocks, st, n, job);
     }
 }
@@ -337,6 +343,19 @@ static inline size_t gemv_tc_next_bytes(const qweight *W, int n) {
     return (size_t)((n + 7) / 8) * (size_t)(W->n_out / 64) * gt_cfg<64>::SXU * 16;
 }
 
+/* Whether a norm_matmul_multi of W[0], W[1] (a silu GLU's gate and up, qnorm glu_pair) on n rows can run as a GLU pair
+ * (gt_job gx) that leaves the GLU's product as the next matmul's split rows: in dequant mode on gemv_dq_kernel, one
+ * shape, whole units of 64 outputs, and a finish in clusters (gdq_cluster's rule for a job of two weights of one S).
+ * The bytes they take: gemv_tc_next_bytes(W[0], n). */
+static inline bool gemv_tc_glu_rows_ok(int kind, const qweight *const *W, int n, int bf16x) {
+    const qweight *a = W[0], *b = W[1];
+    if (kind == 0 || !gdq_wgmma(n, bf16x) || a->n_out % 64 || a->n_out != b->n_out || a->n_in != b->n_in ||
+        a->fmt != b->fmt || a->sb_fmt != b->sb_fmt || a->group != b->group || gemv_tc_kind(b) != kind)
+        return false;
+    const int S = gemv_tc_split(a, kind), nt = gemv_tc_job_tiles(kind, n, 2, W, bf16x);
+    return S >= 2 && S <= GDQ_MAX_CLUSTER && (S <= nt || S <= GDQ_WAVE_CLUSTER) && gdq_cluster_on();
+}
+
 /* Whether x can enter the tensor-core kernels normalised by nm (qnorm): the norm weights' 16-byte loads. */
 static inline bool gemv_tc_norm_ok(const qnorm &nm) { return nm.ss && cu_aligned16(nm.w); }
 
@@ -350,7 +369,8 @@ struct gt_extra {
     int bf16x;
     unsigned short *nx;   /* with ss: the next norm's split rows to write (gt_job), with nx_w; NULL: none */
     const float *nx_w;
-    const void *xs_ready; /* with norm: x's split rows as a producer's nx left them (no split launch); NULL: split */
+    const void *xs_ready; /* with norm or glu: x's split rows as a producer's nx or gx left them (no split launch) */
+    unsigned short *gx;   /* with norm, two weights: a GLU pair's split rows to write (gt_job, gemv_tc_glu_rows_ok) */
 };
 
 /* A launch of the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -387,10 +407,14 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
         job.nx = ex.nx, job.nx_w = ex.nx_w;
         if (ex.nx && (!gemv_tc_next_ok(kind, W[0], n, ex.bf16x) || !ex.nx_w)) return cudaErrorInvalidValue;
     }
+    if (ex.gx) {
+        if (count != 2 || !ex.norm || !gemv_tc_glu_rows_ok(kind, W, n, ex.bf16x)) return cudaErrorInvalidValue;
+        job.gx = ex.gx;
+    }
     job.in.bf16 = ex.bf16x;
     const int rt = gemv_tc_tile_rows(n, ex.bf16x);
-    if (ex.xs_ready) { /* a producer's nx: gemv_dq_kernel's order, the norm's scale after the product */
-        if (!ex.norm || kind == 0 || !gdq_wgmma(n, ex.bf16x)) return cudaErrorInvalidValue;
+    if (ex.xs_ready) { /* a producer's nx or gx: gemv_dq_kernel's order (a norm's scale after the product) */
+        if (!(ex.norm || ex.glu) || kind == 0 || !gdq_wgmma(n, ex.bf16x)) return cudaErrorInvalidValue;
         job.xs = (const uint4 *)ex.xs_ready;
     } else if (gemv_tc_pre_bytes(W[0], n, ex.bf16x) > 0) {
         const int64_t U = W[0]->n_in / gemv_tc_unit_k(kind), tiles = (n + rt - 1) / rt;
@@ -408,7 +432,9 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
         job.W[i] = *W[i], job.y[i] = y[i], job.part[i] = part[i], job.tick[i] = tick[i];
         job.S[i] = gemv_tc_split(W[i], kind);
         job.start[i] = (int)blocks;
-        blocks += ((W[i]->n_out + GT_OUT - 1) / GT_OUT) * ((n + rt * nt - 1) / (rt * nt)) * job.S[i];
+        if (job.gx && i == 1) break; /* the pair's blocks are all weight 0's, each 64 outputs of both */
+        const int64_t ob_out = job.gx ? GT_OUT / 2 : GT_OUT;
+        blocks += ((W[i]->n_out + ob_out - 1) / ob_out) * ((n + rt * nt - 1) / (rt * nt)) * job.S[i];
         smem = std::max(smem, gemv_tc_smem(W[i], kind, nt));
     }
     if (job.ss) smem = std::max(smem, GT_SS_SMEM(rt * nt)); /* gt_finish's squares (the wide kernel's stages hold them) */
