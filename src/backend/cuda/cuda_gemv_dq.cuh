@@ -123,6 +123,25 @@ template <int Q> __host__ __device__ inline int gdq_role(const gt_job &job) {
  * over the S blocks (every load out before the first add) into y (plus the residual with ss, and their squares;
  * GDQ_AFTER: times the row's scale from sc; GDQ_NEXT: the next norm's split rows too). The whole finish is an
  * instance for each S: 16 / 32 streams +1.4 / +0.8 % over one with the barriers outside the switch (session 31). */
+/* A cluster finish's first half: once every warp is done with the stages, the block's accumulators into its sums (every
+ * warp, past the outputs too: the readers load whole rows and discard those outputs, never the stages' x); then the
+ * cluster's barrier, and src[q]: the sums of the tile's slice-q block in the cluster's shared window (s: this
+ * block's slice). */
+template <int NT, int S>
+__device__ __forceinline__ void gdq_share_sums(const float (&acc)[NT][4], float *sums, int s, int lane, int warp,
+                                               uint32_t (&src)[S]) {
+    const int g = lane >> 2, t = lane & 3;
+    __syncthreads();
+#pragma unroll
+    for (int T = 0; T < NT; T++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
+    cu_cluster_sync();
+    const int r0 = cu_cluster_rank() - s;
+    const uint32_t at = cu_smem_addr(sums);
+#pragma unroll
+    for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
+}
 template <int Q, int NT, int S, int ROLE>
 __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, const gt_place<Q> &P, const gt_job &job,
                                              const float *sc, int lane, int warp) {
@@ -132,20 +151,10 @@ __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, c
     extern __shared__ uint4 gt_smem[];
     float *sums = (float *)((char *)gt_smem + F::SUMS), *sq = (float *)((char *)gt_smem + F::SQ);
     float *__restrict__ ss = job.ss;
-    const int g = lane >> 2, t = lane & 3, n_out = (int)P.W.n_out;
+    const int n_out = (int)P.W.n_out;
     const float nwv = ROLE == GDQ_NEXT ? gt_next_w(job.nx_w, P.ob, n_out) : 0.0f; /* before the barriers */
-    __syncthreads(); /* every warp is done with the stages */
-    /* every warp, past the outputs too: the readers load whole rows (and discard those outputs), never the stages' x */
-#pragma unroll
-    for (int T = 0; T < NT; T++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
-    cu_cluster_sync();
-    const int r0 = cu_cluster_rank() - P.s;
-    const uint32_t at = cu_smem_addr(sums);
     uint32_t src[S];
-#pragma unroll
-    for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
+    gdq_share_sums<NT, S>(acc, sums, P.s, lane, warp, src);
     float v[ITER][S];
 #pragma unroll
     for (int k = 0; k < ITER; k++) {
@@ -187,18 +196,9 @@ __device__ __forceinline__ void gdq_finish_glu_s(const float (&acc)[NT][4], int 
     constexpr int H = GT_OUT / 2, R = 8 * NT / S, ITEMS = R * H, ITER = (ITEMS + GT_THREADS - 1) / GT_THREADS;
     extern __shared__ uint4 gt_smem[];
     float *sums = (float *)((char *)gt_smem + F::SUMS);
-    const int g = lane >> 2, t = lane & 3, n_out = (int)job.W[0].n_out;
-    __syncthreads(); /* every warp is done with the stages */
-#pragma unroll
-    for (int T = 0; T < NT; T++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) sums[(8 * T + 2 * t + (c & 1)) * GDQ_LD + warp * 16 + g + (c >> 1) * 8] = acc[T][c];
-    cu_cluster_sync();
-    const int r0 = cu_cluster_rank() - P.s;
-    const uint32_t at = cu_smem_addr(sums);
+    const int n_out = (int)job.W[0].n_out;
     uint32_t src[S];
-#pragma unroll
-    for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
+    gdq_share_sums<NT, S>(acc, sums, P.s, lane, warp, src);
     /* 16 loads out at once: with fewer, or all of them, ptxas spilled more at 8 tiles */
     constexpr int KB = ITER < 8 / S ? ITER : 8 / S > 0 ? 8 / S : 1;
 #pragma unroll
