@@ -388,7 +388,7 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
     const int n_out = (int)P.W.n_out, K = (int)P.W.n_in, ob_out = pair ? GT_OUT / 2 : GT_OUT;
     /* job.gx: the up's warpgroup takes W[1]'s data; the shapes stay W[0]'s, which the compiler knows to be uniform
      * (from W[1] the ring's index math left the uniform datapath: +7 % instructions in the unit loop, session 32) */
-    if (pair && warp >= GT_WARPS / 2) P.W = job.W[1], P.y = job.y[1];
+    if (pair && warp >= GT_WARPS / 2) P.W = job.W[1]; /* (its finish writes job.y[0] and job.y[1]) */
     P.U = K / C::UK;
     const unsigned n_ob = (unsigned)(n_out + ob_out - 1) / ob_out, per_s = n_ob * n_rc;
     const unsigned local = vb - (unsigned)b0, bxu = s_inner ? local / (unsigned)P.S : local % per_s;

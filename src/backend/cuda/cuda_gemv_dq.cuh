@@ -119,10 +119,6 @@ enum { GDQ_PLAIN = 0, GDQ_NEXT = 1, GDQ_AFTER = 2, GDQ_GLU = 3 };
 template <int Q> __host__ __device__ inline int gdq_role(const gt_job &job) {
     return job.gx ? GDQ_GLU : job.nx ? GDQ_NEXT : gt_norm_after<Q>(job.in) ? GDQ_AFTER : GDQ_PLAIN;
 }
-/* The cluster finish for S blocks: each block's accumulators into its sums, then block s's rows of the tile summed
- * over the S blocks (every load out before the first add) into y (plus the residual with ss, and their squares;
- * GDQ_AFTER: times the row's scale from sc; GDQ_NEXT: the next norm's split rows too). The whole finish is an
- * instance for each S: 16 / 32 streams +1.4 / +0.8 % over one with the barriers outside the switch (session 31). */
 /* A cluster finish's first half: once every warp is done with the stages, the block's accumulators into its sums (every
  * warp, past the outputs too: the readers load whole rows and discard those outputs, never the stages' x); then the
  * cluster's barrier, and src[q]: the sums of the tile's slice-q block in the cluster's shared window (s: this
@@ -142,6 +138,10 @@ __device__ __forceinline__ void gdq_share_sums(const float (&acc)[NT][4], float 
 #pragma unroll
     for (int q = 0; q < S; q++) src[q] = cu_cluster_map(at, r0 + q);
 }
+/* The cluster finish for S blocks: each block's accumulators into its sums, then block s's rows of the tile summed
+ * over the S blocks (every load out before the first add) into y (plus the residual with ss, and their squares;
+ * GDQ_AFTER: times the row's scale from sc; GDQ_NEXT: the next norm's split rows too). The whole finish is an
+ * instance for each S: 16 / 32 streams +1.4 / +0.8 % over one with the barriers outside the switch (session 31). */
 template <int Q, int NT, int S, int ROLE>
 __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, const gt_place<Q> &P, const gt_job &job,
                                              const float *sc, int lane, int warp) {
@@ -229,21 +229,20 @@ __device__ __forceinline__ void gdq_finish_glu_s(const float (&acc)[NT][4], int 
     }
     cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
 }
+/* The role's cluster finish for S blocks. */
+template <int Q, int NT, int S, int ROLE>
+__device__ __forceinline__ void gdq_finish_role_s(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
+                                                  const gt_job &job, const float *sc, int lane, int warp) {
+    if constexpr (ROLE == GDQ_GLU) gdq_finish_glu_s<Q, NT, S>(acc, n, P, job, sc, lane, warp);
+    else gdq_finish_s<Q, NT, S, ROLE>(acc, n, P, job, sc, lane, warp);
+}
 template <int Q, int NT, int ROLE>
 __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
                                                    const gt_job &job, const float *sc, int lane, int warp) {
-    if constexpr (ROLE == GDQ_GLU) {
-        switch (P.S) {
-        case 2: gdq_finish_glu_s<Q, NT, 2>(acc, n, P, job, sc, lane, warp); break;
-        case 4: gdq_finish_glu_s<Q, NT, 4>(acc, n, P, job, sc, lane, warp); break;
-        default: gdq_finish_glu_s<Q, NT, 8>(acc, n, P, job, sc, lane, warp); break;
-        }
-        return;
-    }
     switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER, at least 2 (gdq_cluster) */
-    case 2: gdq_finish_s<Q, NT, 2, ROLE>(acc, n, P, job, sc, lane, warp); break;
-    case 4: gdq_finish_s<Q, NT, 4, ROLE>(acc, n, P, job, sc, lane, warp); break;
-    default: gdq_finish_s<Q, NT, 8, ROLE>(acc, n, P, job, sc, lane, warp); break;
+    case 2: gdq_finish_role_s<Q, NT, 2, ROLE>(acc, n, P, job, sc, lane, warp); break;
+    case 4: gdq_finish_role_s<Q, NT, 4, ROLE>(acc, n, P, job, sc, lane, warp); break;
+    default: gdq_finish_role_s<Q, NT, 8, ROLE>(acc, n, P, job, sc, lane, warp); break;
     }
 }
 

@@ -259,12 +259,16 @@ static inline int gdq_cluster_on(void) {
  * placed as a whole (30 fit, 240 blocks, where 264 fit alone; 62 of 4: 248), and at 16 rows the last block's sum
  * of the partials is short. */
 #define GDQ_WAVE_CLUSTER 4
+/* The rule above for clusters of c blocks on nt tiles (gdq_cluster; gemv_tc_glu_rows_ok). */
+static inline bool gdq_cluster_fits(int c, int nt) {
+    return c >= 2 && c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER) && gdq_cluster_on();
+}
 static inline int gdq_cluster(const gt_job &job, int nt) {
     int c = 1;
     for (int i = 0; i < job.count; i++) c = std::max(c, job.S[i]);
     for (int i = 0; i < job.count; i++) /* a one-slice weight's sums go straight to y in gt_finish (no partials) */
         if (job.S[i] < 2 || c % job.S[i] != 0 || (job.start[i + 1] - job.start[i]) % c != 0) return 0;
-    return c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER) && gdq_cluster_on() ? c : 0;
+    return gdq_cluster_fits(c, nt) ? c : 0;
 }
 template <int Q, int NT, int ROLE>
 static inline cudaError_t gdq_launch_role(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
@@ -352,8 +356,7 @@ static inline bool gemv_tc_glu_rows_ok(int kind, const qweight *const *W, int n,
     if (kind == 0 || !gdq_wgmma(n, bf16x) || a->n_out % 64 || a->n_out != b->n_out || a->n_in != b->n_in ||
         a->fmt != b->fmt || a->sb_fmt != b->sb_fmt || a->group != b->group || gemv_tc_kind(b) != kind)
         return false;
-    const int S = gemv_tc_split(a, kind), nt = gemv_tc_job_tiles(kind, n, 2, W, bf16x);
-    return S >= 2 && S <= GDQ_MAX_CLUSTER && (S <= nt || S <= GDQ_WAVE_CLUSTER) && gdq_cluster_on();
+    return gdq_cluster_fits(gemv_tc_split(a, kind), gemv_tc_job_tiles(kind, n, 2, W, bf16x));
 }
 
 /* Whether x can enter the tensor-core kernels normalised by nm (qnorm): the norm weights' 16-byte loads. */
