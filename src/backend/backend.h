@@ -65,6 +65,10 @@ typedef struct qgdn_dims {
      * (they were last written two or more ops back, as in a model's step: the in projection, then the conv, then
      * the rule), so a GPU backend may read them before that op completes. 0 (default) for any order. */
     int states_settled;
+    /* The gated norm (a qglu with norm_w, its g laid out as out) through which the next op on the backend reads
+     * gated_delta's out, all n rows of it (glu_matmul or resid_matmul of x = out): a backend may then also leave that
+     * input in a form the next op reads (the CUDA backend's dequant mode). NULL (default): no such use. */
+    const struct qglu *out_norm;
 } qgdn_dims;
 
 typedef struct qbackend qbackend;
@@ -196,6 +200,12 @@ typedef struct qbackend_ops {
     qstatus (*attention)(qbackend *be, const float *q, const float *k, const float *v,
                          const qseq *seqs, int n_seqs, void *const *k_cache, void *const *v_cache,
                          qwfmt kv_fmt, int n_q, int n_kv, int dim, float scale, float *out);
+    /* Optional (NULL: attention): attention whose out the next op on the backend reads through the gate `gate` (all n
+     * rows of it: glu_matmul or resid_matmul of x = out); a backend may then also leave that input in a form the next
+     * op reads (the CUDA backend's dequant mode). out is written as attention writes it. */
+    qstatus (*attention_gated)(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                               int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
+                               int dim, float scale, float *out, const qglu *gate);
 
     /* out[v][d] *= sigmoid(gate[v*gate_stride + d]) for n_vec vectors of dim. */
     qstatus (*mul_sigmoid)(qbackend *be, float *out, const float *gate, int64_t gate_stride,

@@ -350,12 +350,21 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
         s->kp[i] = states[s->seq_stream[i]]->k_cache[l];
         s->vp[i] = states[s->seq_stream[i]]->v_cache[l];
     }
-    Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv, D,
-                             1.0f / sqrtf((float)D), s->o));
+    /* o_proj reads the output through its gate, sigmoid of the gate half of qg (per head [query | gate]): the
+     * attention is told so where one range takes every row */
+    const qglu out_gate = {s->qg + D, 2 * D, D, QGLU_SIGMOID, NULL, 0.0f};
+    const float scale = 1.0f / sqrtf((float)D);
+    if (be->ops->attention_gated && s->n_ranges == 1)
+        Q_TRY(be->ops->attention_gated(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv,
+                                       D, scale, s->o, &out_gate));
+    else
+        Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv, D,
+                                 scale, s->o));
     const qweight *M[2] = {&L->gate_proj, &L->up_proj};
     for (int r = 0; r < s->n_ranges; r++) { /* the output gate, then o_proj */
         const int64_t r0 = s->range_start[r];
-        const qglu gate = {s->qg + r0 * nq * 2 * D + D, 2 * D, D, QGLU_SIGMOID, NULL, 0.0f};
+        qglu gate = out_gate;
+        gate.g += r0 * nq * 2 * D;
         Q_TRY(res_range(m, r, s->o + r0 * nq * D, &gate, &w->o_proj, L->post_norm, 2, M));
     }
     return Q_OK;
@@ -368,8 +377,13 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     const qwen35_gdn_weights *w = &L->gdn;
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
+    const int64_t vD = (int64_t)c->lin_n_v_heads * c->lin_v_dim;
+    /* out_proj reads the rule's out through the gated norm, rmsnorm(go) * norm_w * silu(z) per head (a gate of its
+     * input): the rule is told so for all rows (a backend's use needs one range) */
+    const qglu out_norm = {s->z, c->lin_v_dim, c->lin_v_dim, QGLU_SILU, w->norm_w, c->rms_eps};
     const qgdn_dims dims = {c->lin_n_k_heads, c->lin_n_v_heads, c->lin_k_dim, c->lin_v_dim,
-                            c->gdn_state_type == QSTATE_BF16, 1}; /* settled: the ops below follow a matmul, a conv */
+                            c->gdn_state_type == QSTATE_BF16, 1, /* settled: the ops below follow a matmul, a conv */
+                            s->n_ranges == 1 ? &out_norm : NULL};
     const qweight *W[4];
     layer_in_weights(L, W);
     float *const Y[4] = {s->qkv, s->z, s->b, s->a};
@@ -392,12 +406,11 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
     }
     if (!be->ops->conv_gated_delta)
         Q_TRY(be->ops->gated_delta(be, s->qkv_c, s->g, s->beta, s->seqs, n_seqs, s->p1, dims, s->go));
-    /* the gated norm, rmsnorm(go) * norm_w * silu(z) per head, as out_proj reads go (a gate of its input) */
     const qweight *M[2] = {&L->gate_proj, &L->up_proj};
-    const int64_t vD = (int64_t)dims.n_v_heads * dims.v_dim;
     for (int r = 0; r < s->n_ranges; r++) {
         const int64_t r0 = s->range_start[r];
-        const qglu norm = {s->z + r0 * vD, dims.v_dim, dims.v_dim, QGLU_SILU, w->norm_w, c->rms_eps};
+        qglu norm = out_norm;
+        norm.g = s->z + r0 * vD;
         Q_TRY(res_range(m, r, s->go + r0 * vD, &norm, &w->out_proj, L->post_norm, 2, M));
     }
     return Q_OK;

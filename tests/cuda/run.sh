@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/cuda-tests.log
 : >"$log"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_seq_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_rows cuda_test_cuda_seq_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
 if [ $? -ne 0 ]; then tail -40 "$log"; echo "build failed"; exit 1; fi
 declare -a rows
 fails=0
@@ -37,6 +37,9 @@ step "  the same in bf16 prefill mode (QUILL_PREFILL_PRECISION=bf16)" env QUILL_
 step "cuda ops in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 "$build/cuda_test_cuda_ops"
 step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUILL_DECODE_PRECISION=dequant \
      "$build/cuda_test_cuda_ops"
+step "producers' split rows (GLU pair, gated norm, output gate) in every mode" bash -c \
+     "'$build/cuda_test_cuda_rows' && QUILL_DECODE_PRECISION=bf16 '$build/cuda_test_cuda_rows' &&
+      QUILL_DECODE_PRECISION=dequant '$build/cuda_test_cuda_rows'"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
@@ -97,6 +100,11 @@ step "compute-sanitizer memcheck: cuda ops, dequant decode mode" env QUILL_DECOD
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 step "compute-sanitizer racecheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+# the producers' rows: the GLU pair's cluster finish, the gated delta rule's clusters trading quad sums
+step "compute-sanitizer memcheck: split rows, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
+     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_rows"
+step "compute-sanitizer racecheck: split rows, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
+     compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_rows"
 }
 grep -E '^\|' "$log" | grep -v -- '---' | head -60
 grep -E "rel err" "$log" | head -40

@@ -1,7 +1,8 @@
 /* test_cuda_ops.c: the CUDA matmuls (decode tensor-core kernel, prefill GEMM, SIMT fallbacks), norms,
  * elementwise ops and argmax against the CPU reference on random inputs (relative error
  * max|cuda - cpu| / max|cpu| under each op's bound), and EXACT(batch) on the GPU: a row gives
- * bit-identical results alone and among others. Attention and the GDN ops: test_cuda_seq_ops.c.
+ * bit-identical results alone and among others. Attention and the GDN ops: test_cuda_seq_ops.c; the split rows a
+ * producer leaves its consumer (the GLU pair, the gated norm): test_cuda_rows.c.
  * Built when nvcc is found; skips (exit 77) without a GPU. Run on the GPU machine by tests/cuda/run.sh. */
 #include "cuda_test_util.h"
 
@@ -406,67 +407,6 @@ static void test_residual_boundary(void) {
     }
 }
 
-/* The MLP's boundary (qnorm glu_pair): a residual producer, the gate + up pair normalised from its rows, the down
- * projection gated by silu(gate) into the residual. With glu_pair the CUDA backend's dequant mode has the pair leave
- * the GLU's product as the down projection's split rows (gx): the gate, up and new residual must be bitwise those of
- * glu_pair 0 at 16 / 37 / 64 rows, and the first 1 and 5 rows those of the 37. In dequant mode the gate is then
- * overwritten before the down projection, which must not change its result (it read the pair's rows). 4-bit g64:
- * the 9B's shapes and a small set (the pair in slices of 2). */
-typedef struct { wpair Wp, Wg, Wu, Wd; buf xin, xin1, x0, x, ss, ss2, nw, yg, yu, junk; int H, I; } glu_case;
-static void glu_run(glu_case *c, int n, int pair, int junk, void *const *out) { /* out: x, gate, up (host, n rows) */
-    const qnorm nm = {c->ss.g, c->nw.g, 1e-6f, 1, pair};
-    const qglu act = {c->yg.g, c->I, c->I, QGLU_SILU, NULL, 0.0f};
-    const qweight *C[2] = {&c->Wg.g, &c->Wu.g};
-    float *Y[2] = {(float *)c->yg.g, (float *)c->yu.g};
-    OK(gpu->ops->copy(gpu, c->x.g, c->x0.g, c->x.bytes));
-    OK(gpu->ops->copy(gpu, c->xin1.g, c->xin.g, c->xin.bytes));
-    OK(gpu->ops->resid_matmul(gpu, c->xin1.g, NULL, n, &c->Wp.g, c->x.g, c->ss.g, c->nw.g));
-    OK(gpu->ops->norm_matmul_multi(gpu, c->x.g, &nm, n, 2, C, Y));
-    OK(gpu->ops->download(gpu, out[1], c->yg.g, (size_t)n * c->I * 4));
-    OK(gpu->ops->download(gpu, out[2], c->yu.g, (size_t)n * c->I * 4));
-    if (junk) OK(gpu->ops->copy(gpu, c->yg.g, c->junk.g, c->yg.bytes));
-    OK(gpu->ops->resid_matmul(gpu, c->yu.g, &act, n, &c->Wd.g, c->x.g, c->ss2.g, NULL));
-    OK(gpu->ops->download(gpu, out[0], c->x.g, (size_t)n * c->H * 4));
-}
-static void test_glu_pair(void) {
-    const int sizes[2][2] = {{4096, 12288}, {2048, 1536}}, rows = 64; /* the second: slices of 2 */
-    const char *dp = getenv("QUILL_DECODE_PRECISION");
-    const int dequant = dp && !strcmp(dp, "dequant");
-    for (int k = 0; k < 2; k++) {
-        glu_case c = {.H = sizes[k][0], .I = sizes[k][1]};
-        const int H = c.H, I = c.I;
-        c.Wp = mk_weight(QW_AFFINE, H, 256, 4, 64), c.Wg = mk_weight(QW_AFFINE, I, H, 4, 64);
-        c.Wu = mk_weight(QW_AFFINE, I, H, 4, 64), c.Wd = mk_weight(QW_AFFINE, H, I, 4, 64);
-        c.xin = mk_rand((size_t)rows * 256, 1.0f), c.xin1 = mk(c.xin.bytes, NULL);
-        c.x0 = mk_rand((size_t)rows * H, 2.0f);
-        c.x = mk(c.x0.bytes, NULL), c.ss = mk((size_t)rows * ((H + QNORM_PART - 1) / QNORM_PART) * 4, NULL);
-        c.ss2 = mk(c.ss.bytes, NULL), c.nw = mk_rand(H, 1.0f), c.yg = mk((size_t)rows * I * 4, NULL);
-        c.yu = mk(c.yg.bytes, NULL), c.junk = mk_rand((size_t)rows * I, 5.0f);
-        const size_t per_row[3] = {(size_t)H * 4, (size_t)I * 4, (size_t)I * 4};
-        void *a[3], *b[3], *r37[3];
-        for (int j = 0; j < 3; j++)
-            a[j] = malloc(per_row[j] * rows), b[j] = malloc(per_row[j] * rows), r37[j] = malloc(per_row[j] * rows);
-        int same = 1;
-        const int ns[5] = {37, 16, 64, 1, 5};
-        for (int q = 0; q < 5; q++) {
-            const int n = ns[q];
-            glu_run(&c, n, 1, 0, b);
-            if (n >= 16) glu_run(&c, n, 0, 0, q == 0 ? r37 : a);
-            for (int j = 0; j < 3; j++) same &= memcmp(n >= 16 && q ? a[j] : r37[j], b[j], per_row[j] * n) == 0;
-        }
-        glu_run(&c, 37, 1, 1, b);
-        const int used = !dequant || memcmp(r37[0], b[0], per_row[0] * 37) == 0;
-        char nm_[96];
-        snprintf(nm_, sizeof nm_, "glu pair %dx%d: gate, up, residual == unpaired (16/37/64 rows; 1/5 in 37)", I, H);
-        expect_flag(nm_, same);
-        snprintf(nm_, sizeof nm_, "glu pair %dx%d: the down projection reads the pair's rows (dequant)", I, H);
-        expect_flag(nm_, used);
-        for (int j = 0; j < 3; j++) free(a[j]), free(b[j]), free(r37[j]);
-        rm(c.xin); rm(c.xin1); rm(c.x0); rm(c.x); rm(c.ss); rm(c.ss2); rm(c.nw); rm(c.yg); rm(c.yu); rm(c.junk);
-        rm_weight(c.Wp); rm_weight(c.Wg); rm_weight(c.Wu); rm_weight(c.Wd);
-    }
-}
-
 /* qk_norm_rope (the attention's head norms and RoPE in one launch) is bitwise the four ops on the GPU and
  * close to them on the CPU: 9B head shapes (q from a strided [query | gate] buffer), positions up to 70,000. */
 static void test_qk_norm_rope(void) {
@@ -570,7 +510,7 @@ static void test_swiglu_matmul_prefill(void) {
 int main(void) {
     static void (*const tests[])(void) = {test_matmul, test_matmul_decode, test_matmul_multi, test_matmul_prefill_gemm,
                                           test_swiglu_matmul_prefill, test_norms_and_elementwise,
-                                          test_glu_matmul, test_residual_boundary, test_glu_pair, test_qk_norm_rope,
+                                          test_glu_matmul, test_residual_boundary, test_qk_norm_rope,
                                           test_add_rmsnorm_argmax};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -13,6 +13,7 @@
 #include "cuda_flash_prefill.h"
 #include "cuda_attention.cuh"
 #include "cuda_rope.cuh"
+#include "cuda_split_rows.cuh"
 
 #define ATT_WARPS 4
 #define ATT_MAX_PER_LANE 8 /* dim <= 256 */
@@ -348,10 +349,18 @@ static int att_comb_pl(int n_rows, int n_q, int dim, int max_splits) {
         pl /= 2;
     return pl;
 }
+/* The output gate's split rows (attention_gated): the combine also leaves o_proj's input, glu_act(g) * out rounded to
+ * bf16 as gemv_split_kernel's GLU staging makes it, in dequant mode's split rows for K = n_q dim (cu_gate_rows). */
+struct att_gate {
+    const float *g; /* vector (row, head)'s gate at g[(row n_q + head) g_stride + d] */
+    int64_t g_stride;
+    int act;
+    unsigned short *xs; /* NULL: none */
+};
 template <int PL>
 __global__ void __launch_bounds__(ATT_COMB_WARPS * 32)
 attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, int max_splits,
-                         const float *__restrict__ part, float *__restrict__ out) {
+                         const float *__restrict__ part, float *__restrict__ out, const att_gate ag) {
     /* red[32], l_s, e_s (ATT_COMB_PAD(max_splits) each; e_s holds m_s until it is known), sums[W][32 PL] */
     extern __shared__ float4 comb4[];
     float *red = (float *)comb4, *ls = red + 32, *es = ls + ATT_COMB_PAD(max_splits);
@@ -414,17 +423,22 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
     for (int i = threadIdx.x; i < 32 * PL; i += blockDim.x) {
         float v = sums[i];
         for (int w = 1; w < ATT_COMB_WARPS; w++) v += sums[w * 32 * PL + i];
-        out[((int64_t)rw.row * n_q + h) * dim + d0 + i] = v / L;
+        const float y = v / L;
+        out[((int64_t)rw.row * n_q + h) * dim + d0 + i] = y;
+        if (ag.xs) {
+            const float g = __ldg(ag.g + ((int64_t)rw.row * n_q + h) * ag.g_stride + d0 + i);
+            gt_split_store(ag.xs, (int64_t)n_q * dim / 64, rw.row, h * dim + d0 + i, __fmul_rn(glu_act(g, ag.act), y));
+        }
     }
 }
 static cudaError_t att_combine_launch(cudaStream_t st, const cu_tab &tab, int n_rows, int n_q, int dim,
-                                      int max_splits, const float *part, float *out) {
+                                      int max_splits, const float *part, float *out, const att_gate &ag) {
     const int pl = att_comb_pl(n_rows, n_q, dim, max_splits);
-    void (*k)(const cu_tab, int, int, int, const float *, float *) =
+    void (*k)(const cu_tab, int, int, int, const float *, float *, const att_gate) =
         pl == 8 ? attention_combine_kernel<8> : pl == 4 ? attention_combine_kernel<4>
         : pl == 2 ? attention_combine_kernel<2> : attention_combine_kernel<1>;
     return cu_launch(k, dim3((unsigned)n_rows, (unsigned)n_q, (unsigned)(dim / (32 * pl))), ATT_COMB_WARPS * 32,
-                     att_combine_smem(max_splits, pl), st, tab, n_q, dim, max_splits, part, out);
+                     att_combine_smem(max_splits, pl), st, tab, n_q, dim, max_splits, part, out, ag);
 }
 
 /* The split kernel for element type T: 16-byte row loads where dim allows (att_slot_load). */
@@ -434,17 +448,27 @@ static void (*att_split_for(int dim))(const float *, const cu_tab, int, int, int
     return dim % (32 * V) == 0 ? attention_split_kernel<V, T> : attention_split_kernel<1, T>;
 }
 
+/* gate: attention_gated's; the combine leaves the gated rows where every row is a decode row (rows 0 .. n_rows - 1)
+ * and runs (more than one split), the gate is a plain one on heads and dequant mode's matmul takes them. */
 template <typename T>
 static qstatus attention_decode_rows(qbackend *be, const float *q, const float *k, const float *v,
                                      const qseq *seqs, int n_seqs, void *const *k_cache,
                                      void *const *v_cache, int n_q, int n_kv, int dim, float scale,
-                                     float *out) {
-    int n_rows = 0, max_pos = 0;
+                                     float *out, const qglu *gate) {
+    int n_rows = 0, max_pos = 0, chunked = 0;
     for (int s = 0; s < n_seqs; s++)
         if (!seqs[s].chunked) {
             n_rows += seqs[s].n_rows;
             if (seqs[s].pos0 + seqs[s].n_rows - 1 > max_pos) max_pos = seqs[s].pos0 + seqs[s].n_rows - 1;
+        } else {
+            chunked += seqs[s].n_rows > 0;
         }
+    att_gate ag = {};
+    const int max_splits = max_pos / ATT_SPLIT + 1;
+    const bool rows = gate && !gate->norm_w && gate->dim == dim && !chunked && max_splits > 1 && n_rows > 0 &&
+                      cu_seq_rows_covered(seqs, n_seqs) == n_rows;
+    Q_TRY(cu_gate_rows(be, CU_ROWS_ATT, rows ? out : NULL, gate, n_rows, (int64_t)n_q * dim, &ag.xs));
+    if (ag.xs) ag.g = gate->g, ag.g_stride = gate->g_stride, ag.act = gate->act;
     if (n_rows == 0) return Q_OK;
     att_row *tab = (att_row *)malloc((size_t)n_rows * sizeof *tab);
     if (!tab) return q_fail(Q_ENOMEM, "cuda attention: out of memory");
@@ -458,7 +482,6 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
     qstatus st = cu_tab_make(be, tab, (size_t)n_rows * sizeof *tab, &dtab);
     free(tab);
     Q_TRY(st);
-    const int max_splits = max_pos / ATT_SPLIT + 1;
     if (max_splits > ATT_COMB_MAX_SPLITS)
         return q_fail(Q_EINVAL, "cuda attention: position %d is past the decode kernel's %d", max_pos,
                       ATT_COMB_MAX_SPLITS * ATT_SPLIT);
@@ -478,7 +501,7 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
                       scale, max_splits, part, out1);
     CU_TRY(e, "attention (decode split)");
     if (!out1)
-        CU_TRY(att_combine_launch(cu_stream(be), dtab, n_rows, n_q, dim, max_splits, part, out),
+        CU_TRY(att_combine_launch(cu_stream(be), dtab, n_rows, n_q, dim, max_splits, part, out, ag),
                "attention (decode combine)");
     return Q_OK;
 }
@@ -486,8 +509,8 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
 template <typename T>
 static qstatus attention_typed(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
                                int n_seqs, void *const *k_cache, void *const *v_cache, int n_q, int n_kv, int dim,
-                               float scale, float *out) {
-    Q_TRY(attention_decode_rows<T>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out));
+                               float scale, float *out, const qglu *gate) {
+    Q_TRY(attention_decode_rows<T>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate));
     for (int s = 0; s < n_seqs; s++) { /* prompt seqs: the K/V write, then one attention launch each */
         const qseq *sq = &seqs[s];
         if (sq->n_rows <= 0 || !sq->chunked) continue;
@@ -509,16 +532,22 @@ static qstatus attention_typed(qbackend *be, const float *q, const float *k, con
     return Q_OK;
 }
 
-qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                       int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
-                       int dim, float scale, float *out) {
+qstatus cuda_attention_gated(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                             int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
+                             int dim, float scale, float *out, const qglu *gate) {
     if (dim % 32 || dim > 32 * ATT_MAX_PER_LANE || n_kv <= 0 || n_q % n_kv)
         return q_fail(Q_EINVAL, "cuda attention: dim %d, heads %d/%d not supported", dim, n_q, n_kv);
     if (kv_fmt == QW_F32)
-        return attention_typed<float>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
+        return attention_typed<float>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate);
     if (kv_fmt == QW_BF16)
-        return attention_typed<kv_bf16>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
+        return attention_typed<kv_bf16>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out,
+                                        gate);
     if (kv_fmt == QW_Q8 && dim % 16 == 0)
-        return attention_typed<kv_q8>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out);
+        return attention_typed<kv_q8>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate);
     return q_fail(Q_EINVAL, "cuda attention: K/V cache format %d", (int)kv_fmt);
+}
+qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                       int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
+                       int dim, float scale, float *out) {
+    return cuda_attention_gated(be, q, k, v, seqs, n_seqs, k_cache, v_cache, kv_fmt, n_q, n_kv, dim, scale, out, NULL);
 }

@@ -1,7 +1,7 @@
 /* cuda_backend.cu: the CUDA backend's life cycle and memory (cudaMalloc'd, zeroed; one stream per
  * backend so ops run in issue order), and the ops table. Every call is checked; a failure names the
  * op. Kernels live one family per file: cuda_matmul.cu, cuda_norm.cu, cuda_attention.cu,
- * cuda_gdn.cu, cuda_elementwise.cu. */
+ * cuda_gdn.cu (the gated delta rule; its conv and gates: cuda_gdn_conv.cu), cuda_elementwise.cu. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -157,6 +157,7 @@ static qbackend_ops make_ops(void) {
     o.rope = cuda_rope;
     o.qk_norm_rope = cuda_qk_norm_rope;
     o.attention = cuda_attention;
+    o.attention_gated = cuda_attention_gated;
     o.mul_sigmoid = cuda_mul_sigmoid;
     o.conv1d_silu = cuda_conv1d_silu;
     o.gdn_gates = cuda_gdn_gates;

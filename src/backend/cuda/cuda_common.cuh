@@ -38,6 +38,22 @@ typedef struct cuda_state {
  * zero by every user), need_x bytes of split rows. */
 qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_x, float **part, unsigned **tick,
                         void **pre);
+/* A producer's question to the decode matmul (cuda_gemv.cu): where the next matmul will read x (n rows of K, rows 0 ..
+ * n - 1 of what the producer writes) through the gate glu as split rows, the rows to write (*rows; the producer writes
+ * every row's value, gt_split_store), else NULL. x NULL: none made. producer: which knob turns it off. */
+enum { CU_ROWS_GNORM = 0, CU_ROWS_ATT = 1 };
+qstatus cu_gate_rows(qbackend *be, int producer, const float *x, const qglu *glu, int n, int64_t K,
+                     unsigned short **rows);
+/* n where the seqs' rows are exactly rows 0 .. n - 1 (each row one seq's), else -1. */
+static inline int cu_seq_rows_covered(const qseq *seqs, int n_seqs) {
+    int64_t sum = 0, end = 0;
+    for (int s = 0; s < n_seqs; s++) {
+        if (seqs[s].row0 < 0 || seqs[s].n_rows < 0) return -1;
+        sum += seqs[s].n_rows;
+        end = end > (int64_t)seqs[s].row0 + seqs[s].n_rows ? end : (int64_t)seqs[s].row0 + seqs[s].n_rows;
+    }
+    return sum == end && end <= 2147483647LL ? (int)end : -1;
+}
 /* Copies `bytes` of host data to device memory valid for ops issued before the next synchronisation.
  * Returns the device address in *dev. */
 qstatus cu_stage(qbackend *be, const void *host, size_t bytes, void **dev);
@@ -366,6 +382,9 @@ qstatus cuda_qk_norm_rope(qbackend *be, const float *qx, int64_t qx_stride, cons
 qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
                        int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
                        int dim, float scale, float *out);
+qstatus cuda_attention_gated(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
+                             int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
+                             int dim, float scale, float *out, const qglu *gate);
 qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
                          int dim);
 qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,

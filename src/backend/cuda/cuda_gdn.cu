@@ -1,236 +1,25 @@
-/* cuda_gdn.cu: the Gated DeltaNet ops: causal depthwise conv1d + SiLU with its kept state, the gates
- * (beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias); also as extra blocks of the conv's launch,
- * conv1d_silu_gates), and the gated delta rule (also with the conv and the gates inside it, conv_gated_delta).
+/* cuda_gdn.cu: the Gated DeltaNet's gated delta rule (also with the conv and the gates inside it, conv_gated_delta;
+ * the conv and the gates on their own: cuda_gdn_conv.cu).
  * Gated delta rule: seqs marked chunked (prompt rows) go to the chunked rule in cuda_gdn_chunked.cu
  * (when dk, dv are multiples of 32, dk <= 128); the others (decode, drafts) run the recurrent rule
  * token by token here. A seq's arithmetic depends only on its own rows: EXACT(batch), EXACT(chunk).
  * Recurrent kernel: each column j of a head's state S[h][:][j] evolves on its own; a block owns 32
  * columns (one per lane; bf16 states: 64, a pair per lane) with the k rows split over dk/32 warps (see
- * gated_delta_body). One launch for all seqs: grid (Hv, dv / 32 or 64, seq); the conv takes grid
- * (channels / 128, row tiles of 32, seq).
+ * gated_delta_body). One launch for all seqs: grid (Hv, dv / 32 or 64, seq).
  * Layouts (backend.h): qkv [n][2*Hk*dk + Hv*dv]; g, beta [n][Hv]; S [Hv][dk][dv] f32 or bf16 (dims.state_bf16);
  * out [n][Hv][dv]. Floor: S read and written once per seq per launch (2 * Hv*dk*dv * 4 or 2 bytes) plus the rows. */
 #include <limits.h>
 #include <stdlib.h>
 
-#include "cuda_common.cuh"
+#include "cuda_gdn_rows.cuh"
+#include "cuda_gdn_seqs.cuh"
 
 #define GDN_MAX_PER_LANE 8 /* dk <= 256 */
-#define CONV_MAX_K 8
 
 /* cuda_gdn_chunked.cu: the chunked rule for prompt seqs; _ok says whether it takes this shape */
 int cuda_gdn_chunked_ok(qgdn_dims d);
 qstatus cuda_gdn_chunked(qbackend *be, const float *qkv, const float *g, const float *beta, const qseq *seqs,
                          int n_seqs, float *const *S, qgdn_dims d, float *out);
-
-/* One entry per seq, in a table the launch carries (cu_tab) so one launch covers every stream
- * (grid.z = seq). */
-typedef struct seq_desc {
-    int row0, n_rows;
-    float *state; /* conv state or recurrent state S of this seq */
-} seq_desc;
-typedef struct seq_desc2 { /* conv_gated_delta's: both states */
-    int row0, n_rows;
-    float *state, *conv;
-} seq_desc2;
-
-/* conv: the seqs' conv states for conv_gated_delta's table (seq_desc2), else NULL (seq_desc). */
-static qstatus seq_table(qbackend *be, const qseq *seqs, int n_seqs, float *const *state, cu_tab *out,
-                         float *const *conv = NULL) {
-    const size_t size = conv ? sizeof(seq_desc2) : sizeof(seq_desc);
-    unsigned char *tab = (unsigned char *)malloc((size_t)n_seqs * size);
-    if (!tab) return q_fail(Q_ENOMEM, "cuda gdn: out of memory");
-    for (int s = 0; s < n_seqs; s++) {
-        const seq_desc2 e = {seqs[s].row0, seqs[s].n_rows, state[s], conv ? conv[s] : NULL};
-        memcpy(tab + s * size, &e, size); /* seq_desc is seq_desc2's first members */
-    }
-    qstatus st = cu_tab_make(be, tab, (size_t)n_seqs * size, out);
-    free(tab);
-    return st;
-}
-
-/* One gate element i of gdn_gates (row i / heads, head i % heads). */
-__device__ __forceinline__ void gdn_gate_at(const qgdn_gates &q, int64_t i) {
-    const int h = (int)(i % q.heads);
-    const float u = q.a[i] + q.dt_bias[h];
-    const float sp = u > 20.0f ? u : log1pf(expf(u)); /* torch softplus, threshold 20 */
-    q.g[i] = -expf(q.A_log[h]) * sp;
-    q.beta[i] = sigmoid_f(q.b[i]);
-}
-
-__global__ void gdn_gates_kernel(const qgdn_gates q) {
-    cu_pdl_enter();
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < q.n * q.heads) gdn_gate_at(q, i);
-}
-
-qstatus cuda_gdn_gates(qbackend *be, const float *a, const float *b, int64_t n, int heads, const float *A_log,
-                       const float *dt_bias, float *g, float *beta) {
-    const int64_t total = n * heads;
-    if (total <= 0) return Q_OK;
-    const qgdn_gates q = {a, b, A_log, dt_bias, g, beta, n, heads, 0};
-    CU_TRY(cu_launch(gdn_gates_kernel, cu_blocks(total, 256), 256, 0, cu_stream(be), q), "gdn_gates");
-    return Q_OK;
-}
-
-/* Rows are independent given their K-1 predecessors (no recurrence), so a seq is cut into tiles of
- * CONV_ROWS rows, one block row each: a long prompt fills the GPU. Each output is the same fma chain
- * over the same window as a row-by-row scan would give. The first tile reads the old state and, after
- * it, writes the new one (the seq's last K-1 inputs): the same thread reads, then writes, so tiles never
- * race on the state. */
-#define CONV_ROWS 32
-
-/* V consecutive floats from p (V 4: one 16-byte load; the caller checks the alignment) */
-template <int V> __device__ __forceinline__ void conv_ld(const float *p, float (&o)[V]) {
-    if constexpr (V == 4) {
-        const float4 v = *(const float4 *)p;
-        o[0] = v.x, o[1] = v.y, o[2] = v.z, o[3] = v.w;
-    } else {
-#pragma unroll
-        for (int i = 0; i < V; i++) o[i] = p[i];
-    }
-}
-template <int V> __device__ __forceinline__ void conv_st(float *p, const float (&o)[V]) {
-    if constexpr (V == 4) *(float4 *)p = make_float4(o[0], o[1], o[2], o[3]);
-    else {
-#pragma unroll
-        for (int i = 0; i < V; i++) p[i] = o[i];
-    }
-}
-
-/* KT: the kernel width when known at compile time (the models' 4: the window stays in registers; with a
- * run-time width its shift indexes a local array), 0 for any width up to CONV_MAX_K. V: channels a thread (4: every
- * row, state and weight access one 16-byte load, where C % 4 == 0 and the buffers are 16-byte aligned; a channel's
- * arithmetic is the same whatever V). */
-template <int KT, int V>
-__global__ void conv1d_silu_kernel(const float *__restrict__ x, const __grid_constant__ cu_tab seqs,
-                                   const float *__restrict__ w, int C, int K_rt, float *__restrict__ y,
-                                   const qgdn_gates gates, unsigned conv_bx, int early) {
-    static_assert(V == 1 || KT == 4, "4 channels a thread: the models' width 4, a channel's weights one load");
-    const int K = KT ? KT : K_rt;
-    if (!early || blockIdx.x >= conv_bx) cu_pdl_enter();
-    if (blockIdx.x >= conv_bx) { /* the gates' blocks (cuda_conv1d_silu_gates) */
-        const int64_t gb = gridDim.x - conv_bx, blk = ((int64_t)blockIdx.z * gridDim.y + blockIdx.y) * gb;
-        const int64_t i = (blk + blockIdx.x - conv_bx) * blockDim.x + threadIdx.x;
-        if (i < gates.n * gates.heads) gdn_gate_at(gates, i);
-        return;
-    }
-    const int c = (blockIdx.x * blockDim.x + threadIdx.x) * V;
-    const seq_desc sd = cu_tab_at<seq_desc>(seqs, blockIdx.z);
-    const int row0 = sd.row0, n_rows = sd.n_rows;
-    float *state = sd.state;
-    const int t0 = blockIdx.y * CONV_ROWS, t1 = min(n_rows, t0 + CONV_ROWS);
-    if (c >= C || t0 >= n_rows) { /* an empty seq may come with no state (as on the CPU) */
-        if (early) cu_pdl_enter();
-        return;
-    }
-    /* input at seq time tau: a row of x, or for tau < 0 the state entry K-1+tau (oldest first) */
-#define CONV_IN(tau) ((tau) >= 0 ? x + (int64_t)(row0 + (tau)) * C + c : state + (int64_t)(K - 1 + (tau)) * C + c)
-    /* the weights and the window's state entries first, and with early (gates.conv_settled: the op before did not
-     * write the states) before the wait; x's rows after it */
-    float win[CONV_MAX_K][V]; /* win[0..K-2]: the previous inputs, oldest first */
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_K - 1; j++) {
-        const int tau = t0 - (K - 1) + j;
-        if (j < K - 1 && tau < 0) conv_ld<V>(CONV_IN(tau), win[j]);
-        else
-#pragma unroll
-            for (int v = 0; v < V; v++) win[j][v] = 0.0f;
-    }
-    float wc[V][CONV_MAX_K];
-    if constexpr (V == 4) {
-#pragma unroll
-        for (int v = 0; v < V; v++) {
-            float wv[4];
-            conv_ld<4>(w + (int64_t)(c + v) * 4, wv);
-#pragma unroll
-            for (int j = 0; j < CONV_MAX_K; j++) wc[v][j] = j < 4 ? wv[j] : 0.0f;
-        }
-    } else {
-#pragma unroll
-        for (int j = 0; j < CONV_MAX_K; j++) wc[0][j] = j < K ? w[(int64_t)c * K + j] : 0.0f;
-    }
-    if (early) cu_pdl_enter();
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_K - 1; j++) {
-        const int tau = t0 - (K - 1) + j;
-        if (j < K - 1 && tau >= 0) conv_ld<V>(CONV_IN(tau), win[j]);
-    }
-#pragma unroll 4 /* the rows' loads go out together */
-    for (int t = t0; t < t1; t++) {
-        float xt[V], yt[V];
-        conv_ld<V>(x + (int64_t)(row0 + t) * C + c, xt);
-#pragma unroll
-        for (int v = 0; v < V; v++) {
-            float s = 0.0f;
-#pragma unroll
-            for (int j = 0; j < CONV_MAX_K - 1; j++)
-                if (j < K - 1) s = fmaf(wc[v][j], win[j][v], s);
-            s = fmaf(wc[v][K - 1], xt[v], s);
-            yt[v] = silu_f(s);
-#pragma unroll
-            for (int j = 0; j < CONV_MAX_K - 2; j++)
-                if (j < K - 2) win[j][v] = win[j + 1][v];
-            if (K >= 2) win[K - 2][v] = xt[v];
-        }
-        conv_st<V>(y + (int64_t)(row0 + t) * C + c, yt);
-    }
-    if (blockIdx.y != 0) return;
-    float nw[CONV_MAX_K][V];
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_K - 1; j++)
-        if (j < K - 1) conv_ld<V>(CONV_IN(n_rows - (K - 1) + j), nw[j]);
-#undef CONV_IN
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_K - 1; j++)
-        if (j < K - 1) conv_st<V>(state + (int64_t)j * C + c, nw[j]);
-}
-
-/* The conv over every seq, with the gates' blocks when gates is not NULL. */
-static qstatus conv_launch(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
-                           const float *w, int channels, int kernel, float *y, const qgdn_gates *gates) {
-    if (kernel < 1 || kernel > CONV_MAX_K) return q_fail(Q_EINVAL, "cuda conv1d: kernel %d > %d", kernel, CONV_MAX_K);
-    const int64_t n_gates = gates ? gates->n * gates->heads : 0;
-    if (n_seqs <= 0) return n_gates > 0 ? cuda_gdn_gates(be, gates->a, gates->b, gates->n, gates->heads, gates->A_log,
-                                                         gates->dt_bias, gates->g, gates->beta)
-                                        : Q_OK;
-    int max_rows = 1;
-    static int env = -1; /* QUILL_CUDA_CONV_VEC=0: a channel a thread (an A/B; the same bits) */
-    bool vec = kernel == 4 && channels % 4 == 0 && cu_aligned16(x) && cu_aligned16(w) && cu_aligned16(y) &&
-               cu_env_on("QUILL_CUDA_CONV_VEC", &env);
-    for (int s = 0; s < n_seqs; s++) {
-        if (seqs[s].n_rows > max_rows) max_rows = seqs[s].n_rows;
-        vec &= seqs[s].n_rows == 0 || cu_aligned16(state[s]);
-    }
-    cu_tab d;
-    Q_TRY(seq_table(be, seqs, n_seqs, state, &d));
-    dim3 grid(cu_blocks(channels / (vec ? 4 : 1), 128), cu_blocks(max_rows, CONV_ROWS), (unsigned)n_seqs);
-    const unsigned conv_bx = grid.x;
-    qgdn_gates q = {};
-    if (n_gates > 0) {
-        q = *gates;
-        grid.x += (unsigned)((n_gates + 128LL * grid.y * grid.z - 1) / (128LL * grid.y * grid.z));
-    }
-    const auto kern = vec ? conv1d_silu_kernel<4, 4> : kernel == 4 ? conv1d_silu_kernel<4, 1>
-                                                                    : conv1d_silu_kernel<0, 1>;
-    CU_TRY(cu_launch(kern, grid, 128, 0, cu_stream(be), x, d, w,
-                     channels, kernel, y, q, conv_bx, gates && gates->conv_settled),
-           n_gates > 0 ? "conv1d_silu_gates" : "conv1d_silu");
-    return Q_OK;
-}
-
-qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
-                         const float *w, int channels, int kernel, float *y) {
-    return conv_launch(be, x, seqs, n_seqs, state, w, channels, kernel, y, NULL);
-}
-
-/* conv1d_silu and gdn_gates in one launch: the conv's grid gains gate_bx blocks along x, and gate block
- * (bx, y, z) takes 128 gate elements by the flat index ((z * grid.y + y) * gate_bx + bx) * 128 + thread
- * (every element once, whatever the conv's row tiles and seqs). */
-qstatus cuda_conv1d_silu_gates(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,
-                               const float *w, int channels, int kernel, float *y, const qgdn_gates *gates) {
-    return conv_launch(be, x, seqs, n_seqs, state, w, channels, kernel, y, gates);
-}
 
 /* Recurrent rule: a block owns 32 CP columns j of one head's state (lane = CP adjacent columns, so every state
  * access is a coalesced row) and the k rows are split over dk/32 warps, 32 CP state values per thread in
@@ -292,10 +81,13 @@ template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_ta
  * would, so the values are bitwise theirs. The v state is read and written by its one block; a k head's q and k
  * states are read by all (Hv / Hk) x (dv / 32) blocks of its heads, and the last of them to take the ticket (after
  * every one has read them) writes them. */
-template <bool CONV, bool SB, int CP = 1>
+/* ROWS: the gated norm's rows for out_proj as each token's outputs are made (cuda_gdn_rows.cuh; dv = 128, the grid's
+ * x the B blocks of a head, one cluster). */
+template <bool CONV, bool SB, int CP = 1, bool ROWS = false>
 __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, const float *__restrict__ g,
                                                  const float *__restrict__ beta, const cu_tab &seqs, const qgdn_dims &d,
-                                                 float *__restrict__ out, const gdn_conv &cv, int h, int by, int z) {
+                                                 float *__restrict__ out, const gdn_conv &cv, const gdn_rows &rw, int h,
+                                                 int by, int z) {
     /* the states' loads before the wait where the caller says the op before did not write them (d.states_settled) */
     const bool early = d.states_settled;
     if (!early) cu_pdl_enter();
@@ -304,6 +96,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     __shared__ float part[GDN_MAX_PER_LANE][32 * CP], partq[GDN_MAX_PER_LANE][32 * CP]; /* the warps' k.S, q.S */
     __shared__ __align__(16) float sqn[32 * GDN_MAX_PER_LANE], skn[32 * GDN_MAX_PER_LANE]; /* q qn, k kn */
     __shared__ int writer;
+    __shared__ float rows_qs[ROWS ? 2 * 8 * CP : 1]; /* gdn_rows_token's quad sums */
     const seq_desc2 sd = gdn_seq_at<CONV>(seqs, z);
     const int row0 = sd.row0, n_rows = sd.n_rows;
     float *S = sd.state;
@@ -423,14 +216,15 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
 #pragma unroll
         for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = dk[e], partq[warp][CP * lane + e] = dq[e];
         __syncthreads();
-        float delta[CP];
+        float delta[CP], o[CP];
 #pragma unroll
         for (int e = 0; e < CP; e++) {
             float kS = 0.0f, qS = 0.0f; /* the warps' partials in warp order */
             for (int w = 0; w < n_warps; w++) kS += part[w][CP * lane + e], qS += partq[w][CP * lane + e];
             delta[e] = b * (vj[e] - decay * kS);
+            o[e] = 0.0f;
             if (warp == 0 && col)
-                out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j + e] = fmaf(delta[e], kq, decay * qS);
+                out[((int64_t)(row0 + t) * d.n_v_heads + h) * d.v_dim + j + e] = o[e] = fmaf(delta[e], kq, decay * qS);
         }
         /* S' = decay S + k delta^T, rounded to a stored bf16 pair where SB */
         if constexpr (SB) {
@@ -449,7 +243,9 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
 #pragma unroll
             for (int c = 0; c < 32; c++) s[c] = fmaf(skn[k0 + c], delta[0], s[c] * decay);
         }
+        if constexpr (ROWS) gdn_rows_token<CP>(rw, o, rows_qs, t, row0 + t, h, j, d.n_v_heads, warp, lane);
     }
+    if constexpr (ROWS) cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's quad sums */
     if (col) {
 #pragma unroll
         for (int c = 0; c < 32; c++) {
@@ -472,28 +268,33 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     }
 }
 
-template <bool CONV, bool SB>
+/* ROWS: the grid's x and y swapped (a head's blocks one cluster, gdn_rows_token). */
+template <bool CONV, bool SB, bool ROWS = false>
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32)
 gated_delta_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
-                   const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
-    gated_delta_body<CONV, SB>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
+                   const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv,
+                   const gdn_rows rw) {
+    gated_delta_body<CONV, SB, 1, ROWS>(qkv, g, beta, seqs, d, out, cv, rw, ROWS ? blockIdx.y : blockIdx.x,
+                                        ROWS ? blockIdx.x : blockIdx.y, blockIdx.z);
 }
 /* The bf16-state rule budgeted for 5 blocks of 256 threads an SM (48 registers): 10 of the 128-thread blocks of dk = 128
  * stream states at once instead of 8 (QUILL_CUDA_GDN_SB_MINB=1 takes the one above: an A/B, the same bits). */
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32, 5)
 gated_delta_sb_lean_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
-                           const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv) {
-    gated_delta_body<false, true>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
+                           const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out, const gdn_conv cv,
+                           const gdn_rows rw) {
+    gated_delta_body<false, true>(qkv, g, beta, seqs, d, out, cv, rw, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 /* The bf16-state rule with column pairs (CP 2), budgeted for MINB blocks of 256 threads an SM: 2 (128 registers, 4
  * of the 128-thread blocks of dk = 128 an SM) or 3 (80 registers, 6 blocks, no spills). The instances differ
  * only in their registers, so a launch takes either by its seq count and a row's bits do not change (gdn_pairs). */
-template <int MINB>
+template <int MINB, bool ROWS = false>
 __global__ void __launch_bounds__(GDN_MAX_PER_LANE * 32, MINB)
 gated_delta_sb_pairs_kernel(const float *__restrict__ qkv, const float *__restrict__ g, const float *__restrict__ beta,
                             const __grid_constant__ cu_tab seqs, qgdn_dims d, float *__restrict__ out,
-                            const gdn_conv cv) {
-    gated_delta_body<false, true, 2>(qkv, g, beta, seqs, d, out, cv, blockIdx.x, blockIdx.y, blockIdx.z);
+                            const gdn_conv cv, const gdn_rows rw) {
+    gated_delta_body<false, true, 2, ROWS>(qkv, g, beta, seqs, d, out, cv, rw, ROWS ? blockIdx.y : blockIdx.x,
+                                           ROWS ? blockIdx.x : blockIdx.y, blockIdx.z);
 }
 
 /* The bf16-state rule's kernel: 0 the lean one (a column a lane), else the column pairs' MINB.
@@ -512,6 +313,8 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
         dims.n_v_heads % dims.n_k_heads)
         return q_fail(Q_EINVAL, "cuda gated_delta: dk %d, heads %d/%d not supported", dims.k_dim, dims.n_v_heads,
                       dims.n_k_heads);
+    const qglu *gn = dims.out_norm;
+    dims.out_norm = NULL; /* a host pointer: the kernels' copies go without it */
     if (n_seqs <= 0) return Q_OK;
     /* prompt seqs (chunked = 1) run the chunked rule (cuda_gdn_chunked.cu) where the shape allows;
      * the recurrent kernel below then sees them as empty */
@@ -539,14 +342,32 @@ qstatus cuda_gated_delta(qbackend *be, const float *qkv, const float *g, const f
     static int minb = -1; /* QUILL_CUDA_GDN_SB_MINB=1: the bf16-state kernel unbudgeted (an A/B; the same bits) */
     const bool lean = cu_env_int("QUILL_CUDA_GDN_SB_MINB", &minb, 5, 1, 1) != 1;
     const int pairs = dims.state_bf16 && lean && dims.v_dim % 2 == 0 ? gdn_pairs(n_seqs) : 0;
-    dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, pairs ? 64 : 32), (unsigned)n_seqs);
+    const unsigned B = cu_blocks(dims.v_dim, pairs ? 64 : 32); /* a head's blocks */
+    /* out_proj's gated norm rows where dequant mode's consumer takes them (cu_gate_rows) and the kernel can make
+     * them: the recurrent rule on every row, heads of 128, f32 states or column pairs */
+    gdn_rows rw = {};
+    const bool gn_ok = gn && gn->norm_w && gn->act == QGLU_SILU && gn->dim == GDN_ROWS_DV && gn->g_stride == gn->dim;
+    const int rows = gn_ok && n_chunked == 0 && dims.v_dim == GDN_ROWS_DV && (pairs || !dims.state_bf16)
+                         ? cu_seq_rows_covered(seqs, n_seqs) : -1;
+    Q_TRY(cu_gate_rows(be, CU_ROWS_GNORM, rows > 0 ? out : NULL, gn, rows, (int64_t)dims.n_v_heads * dims.v_dim,
+                       &rw.xs));
+    if (rw.xs) {
+        rw.z = gn->g, rw.w = gn->norm_w, rw.eps = gn->norm_eps;
+        const auto kr = !dims.state_bf16 ? gated_delta_kernel<false, false, true>
+                        : pairs == 3     ? gated_delta_sb_pairs_kernel<3, true>
+                                         : gated_delta_sb_pairs_kernel<2, true>;
+        CU_TRY(cu_launch_ex(cu_pdl_on(), (int)B, kr, dim3(B, (unsigned)dims.n_v_heads, (unsigned)n_seqs), dims.k_dim,
+                            0, cu_stream(be), qkv, g, beta, d, dims, out, gdn_conv{}, rw),
+               "gated_delta (gated norm rows)");
+        return Q_OK;
+    }
+    dim3 grid((unsigned)dims.n_v_heads, B, (unsigned)n_seqs);
     const auto kern = !dims.state_bf16 ? gated_delta_kernel<false, false>
                       : pairs == 3     ? gated_delta_sb_pairs_kernel<3>
                       : pairs          ? gated_delta_sb_pairs_kernel<2>
                       : lean           ? gated_delta_sb_lean_kernel
                                        : gated_delta_kernel<false, true>;
-    CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out,
-                     gdn_conv{}),
+    CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), qkv, g, beta, d, dims, out, gdn_conv{}, rw),
            "gated_delta");
     return Q_OK;
 }
@@ -574,6 +395,9 @@ qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, in
     float *part = NULL;
     unsigned *tick = NULL;
     void *pre = NULL;
+    unsigned short *no_rows = NULL;
+    Q_TRY(cu_gate_rows(be, CU_ROWS_GNORM, NULL, NULL, 0, 0, &no_rows)); /* out_proj splits its input itself */
+    dims.out_norm = NULL;
     Q_TRY(cu_gemv_scratch(be, 0, (size_t)n_seqs * (size_t)dims.n_k_heads, 0, &part, &tick, &pre));
     cu_tab d;
     Q_TRY(seq_table(be, seqs, n_seqs, S, &d, conv_state));
@@ -581,7 +405,7 @@ qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, in
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
     const auto kern = dims.state_bf16 ? gated_delta_kernel<true, true> : gated_delta_kernel<true, false>;
     CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), x, (const float *)NULL,
-                     (const float *)NULL, d, dims, out, cv),
+                     (const float *)NULL, d, dims, out, cv, gdn_rows{}),
            "conv_gated_delta");
     return Q_OK;
 }

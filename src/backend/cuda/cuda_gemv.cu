@@ -60,6 +60,9 @@ struct cu_gemv {
     unsigned short *gx; /* a GLU's product as split rows, as the last GLU pair left them (gemv_tc_glu_rows_ok) */
     size_t gx_bytes;
     struct { const float *g, *u; int n; } gx_for; /* the gate and up gx was made of (g NULL: none) */
+    unsigned short *gr; /* a gated input's split rows, as the last producer told its gate left them (cu_gate_rows) */
+    size_t gr_bytes;
+    struct { const float *x; qglu glu; int n; int64_t K; } gr_for; /* what gr holds (x NULL: none) */
     int attr_set;
 };
 
@@ -70,6 +73,7 @@ void cu_gemv_free(cuda_state *s) {
     cudaFree(s->gemv->pre);
     cudaFree(s->gemv->nx);
     cudaFree(s->gemv->gx);
+    cudaFree(s->gemv->gr);
     free(s->gemv);
     s->gemv = NULL;
 }
@@ -215,6 +219,47 @@ static qstatus glu_pair_rows(qbackend *be, const float *x, int n, int count, con
     return Q_OK;
 }
 
+/* A gated input's boundary (cu_gate_rows): in dequant mode the op that makes x and knows the gate its consumer reads it
+ * through leaves the gated x as split rows (gr) as it writes x: the gated delta rule for out_proj's gated norm
+ * (qgdn_dims.out_norm, cuda_gdn_rows.cuh), the attention's combine for o_proj's output gate (attention_gated). A
+ * glu_matmul / resid_matmul of the same x, gate and n reads them instead of a split launch; any decode matmul launch
+ * forgets gr. QUILL_CUDA_GNORM_ROWS=0 / QUILL_CUDA_ATT_ROWS=0 always split after that producer (A/Bs in one build; the
+ * bits are the same). */
+static int gate_rows_on(int producer) {
+    static int on[2] = {-1, -1};
+    return producer == CU_ROWS_GNORM ? cu_env_on("QUILL_CUDA_GNORM_ROWS", &on[0])
+                                     : cu_env_on("QUILL_CUDA_ATT_ROWS", &on[1]);
+}
+qstatus cu_gate_rows(qbackend *be, int producer, const float *x, const qglu *glu, int n, int64_t K,
+                     unsigned short **rows) {
+    cuda_state *s = (cuda_state *)be->impl;
+    *rows = NULL;
+    if (s->gemv) s->gemv->gr_for.x = NULL;
+    int mode = 0;
+    if (!x || !glu || !gate_rows_on(producer) || cu_decode_precision(&mode) != Q_OK || !gdq_wgmma(n, mode) || K % 64 ||
+        glu->dim <= 0 || K % glu->dim)
+        return Q_OK; /* (a bad precision fails where the matmul reads it) */
+    float *part = NULL;
+    unsigned *tick = NULL;
+    void *pre = NULL;
+    Q_TRY(cu_gemv_scratch(be, 0, 0, 0, &part, &tick, &pre)); /* the matmul's state, made on first use */
+    struct cu_gemv *g = s->gemv;
+    Q_TRY(cu_grow(s, (void **)&g->gr, &g->gr_bytes, gt_split_rows_bytes(K, n), "gated input rows"));
+    g->gr_for.x = x, g->gr_for.glu = *glu, g->gr_for.n = n, g->gr_for.K = K;
+    *rows = g->gr;
+    return Q_OK;
+}
+static void gate_rows_take(qbackend *be, const float *x, int n, int count, const qweight *const *W, int kind,
+                           gt_extra *ex) {
+    struct cu_gemv *g = ((cuda_state *)be->impl)->gemv;
+    const qglu *gl = ex->glu, *was = &g->gr_for.glu;
+    if (gl && g->gr_for.x == x && gl->g == was->g && gl->g_stride == was->g_stride && gl->dim == was->dim &&
+        gl->act == was->act && gl->norm_w == was->norm_w && gl->norm_eps == was->norm_eps && n == g->gr_for.n &&
+        count == 1 && W[0]->n_in == g->gr_for.K && kind != 0 && gdq_wgmma(n, ex->bf16x))
+        ex->xs_ready = g->gr;
+    g->gr_for.x = NULL;
+}
+
 /* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch; x as
  * QUILL_DECODE_PRECISION asks. */
 static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
@@ -235,6 +280,7 @@ static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const q
     for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
     Q_TRY(next_norm_rows(be, x, n, W[0], y[0], kind, &ex));
     Q_TRY(glu_pair_rows(be, x, n, count, W, y, kind, &ex));
+    gate_rows_take(be, x, n, count, W, kind, &ex);
     CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), ex),
            "matmul (tensor-core gemv)");
     return Q_OK;

@@ -5,6 +5,8 @@
 #ifndef QUILL_CUDA_GEMV_FINISH_CUH
 #define QUILL_CUDA_GEMV_FINISH_CUH
 
+#include "cuda_split_rows.cuh"
+
 /* The first S <= SMAX of an output's partials, every load out first, then added in slice order. gt_finish's
  * SUM_BY_S takes one template per S for S = 2, 4, 8 (gemv_tc_split's are powers of two; any other S takes the
  * predicated GT_MAX_SPLIT form): that loop over 16 predicated slices cost the many-row finish ~110 instructions
@@ -34,15 +36,6 @@ __device__ __forceinline__ void gt_store_squares(const float *sq, int rows, int 
     }
 }
 
-/* bf16(v) as input o of row r in gemv_dq_kernel's split rows for K = 64 U (U units of 64; gt_stage WGO's layout: tile
- * r / 8, unit o / 64, row r % 8, then lane t = (o % 64) / 16's element e = o % 16 in word 8 j + 4 (e & 1) + t, half
- * (e >> 2) & 1, where k-step j = 2 (e >> 3) + ((e >> 1) & 1) (gt_kstep_e0)). */
-__device__ __forceinline__ void gt_split_store(unsigned short *__restrict__ xs, int64_t U, int64_t r, int o, float v) {
-    const int kk = o & 63, t = kk >> 4, e = kk & 15;
-    const int word = 8 * (2 * (e >> 3) + ((e >> 1) & 1)) + 4 * (e & 1) + t;
-    const int64_t at = (((r >> 3) * U + (o >> 6)) * 256 + (r & 7) * 32 + word) * 2 + ((e >> 2) & 1);
-    xs[at] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
 /* The residual's new value v of row r, output o, as the next norm's consumer takes it (gt_norm_after): bf16(v * w) in
  * its split rows for K = n_out. */
 __device__ __forceinline__ void gt_next_store(unsigned short *__restrict__ nx, int64_t U, int64_t r, int o, float v,

@@ -343,9 +343,8 @@ static inline bool gemv_tc_glu_ok(const qglu &glu, const qweight *W) {
 static inline bool gemv_tc_next_ok(int kind, const qweight *W, int n, int bf16x) {
     return kind != 0 && gdq_wgmma(n, bf16x) && W->n_out % 64 == 0;
 }
-static inline size_t gemv_tc_next_bytes(const qweight *W, int n) {
-    return (size_t)((n + 7) / 8) * (size_t)(W->n_out / 64) * gt_cfg<64>::SXU * 16;
-}
+static_assert(gt_cfg<64>::SXU * 16 == 1024, "gt_split_rows_bytes: a unit of 8 rows is 1024 bytes");
+static inline size_t gemv_tc_next_bytes(const qweight *W, int n) { return gt_split_rows_bytes(W->n_out, n); }
 
 /* Whether a norm_matmul_multi of W[0], W[1] (a silu GLU's gate and up, qnorm glu_pair) on n rows can run as a GLU pair
  * (gt_job gx) that leaves the GLU's product as the next matmul's split rows: in dequant mode on gemv_dq_kernel, one

@@ -202,6 +202,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     WRAP(rope, cuda_rope);
     WRAP(qk_norm_rope, cuda_qk_norm_rope);
     WRAP(attention, cuda_attention);
+    WRAP(attention_gated, cuda_attention_gated);
     WRAP(mul_sigmoid, cuda_mul_sigmoid);
     WRAP(conv1d_silu, cuda_conv1d_silu);
     WRAP(gdn_gates, cuda_gdn_gates);
