@@ -95,7 +95,7 @@ int main(void) {
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) { printf("no GPU\n"); return 77; }
     qbackend *be = NULL;
     OK(cuda_backend_create(0, &be));
-    const qgdn_dims d = {16, 32, 128, 128, 0, 0};
+    const qgdn_dims d = {16, 32, 128, 128, 0, 0, NULL};
     const int64_t W = 2LL * d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim, no = d.n_v_heads * d.v_dim;
     const size_t Sn = (size_t)d.n_v_heads * d.k_dim * d.v_dim;
     const int64_t max_rows = 65536;

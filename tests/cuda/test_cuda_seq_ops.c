@@ -215,7 +215,7 @@ static void conv_gated_delta_case(qgdn_dims d, buf x, buf w, buf a, buf b, buf A
 }
 
 static void test_gdn(void) {
-    const qgdn_dims d = {4, 8, 128, 128, 0, 0};
+    const qgdn_dims d = {4, 8, 128, 128, 0, 0, NULL};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, n = 90;
     buf x = mk_rand((size_t)n * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)n * C * 4, NULL);
     buf stA = mk_rand((size_t)(K - 1) * C, 1.0f), stB = mk_rand((size_t)(K - 1) * C, 1.0f);
@@ -281,7 +281,7 @@ static void test_gdn(void) {
     free(S0); free(r1); free(r2);
     { /* dv 96: with bf16 states the plain rule's second block of column pairs is half past dv (its lanes read a valid
        * pair and write nothing); bitwise the fused rule's one column a lane */
-        const qgdn_dims d96 = {2, 4, 64, 96, 1, 0};
+        const qgdn_dims d96 = {2, 4, 64, 96, 1, 0, NULL};
         const int C96 = 2 * d96.n_k_heads * d96.k_dim + d96.n_v_heads * d96.v_dim, n96 = 8;
         buf x96 = mk_rand((size_t)n96 * C96, 1.0f), w96 = mk_rand((size_t)C96 * K, 0.5f);
         buf a96 = mk_rand((size_t)n96 * d96.n_v_heads, 3.0f), b96 = mk_rand((size_t)n96 * d96.n_v_heads, 3.0f);
@@ -345,7 +345,7 @@ static void test_many_seqs(void) {
     attention_many_case(12, 2, 128, QW_Q8);
     attention_many_case(8, 2, 64, QW_Q8);
     enum { NS = 130 };
-    const qgdn_dims d = {2, 4, 64, 64, 0, 0};
+    const qgdn_dims d = {2, 4, 64, 64, 0, 0, NULL};
     const int C = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, K = 4, Hv = d.n_v_heads;
     const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim, ow = (size_t)Hv * d.v_dim;
     buf x = mk_rand((size_t)NS * C, 1.0f), w = mk_rand((size_t)C * K, 0.5f), y = mk((size_t)NS * C * 4, NULL);
@@ -492,7 +492,7 @@ static void gdn_chunked_case(qgdn_dims d, float gmax) {
  * recurrent seqs a row each), the pieces sharing calls, gives the whole call's bits. */
 static void test_gdn_bf16_state(void) {
     enum { NS = 4 };
-    const qgdn_dims d = {4, 8, 128, 128, 1, 0};
+    const qgdn_dims d = {4, 8, 128, 128, 1, 0, NULL};
     const int lens[NS] = {200, 65, 6, 1}, pos0s[NS] = {0, 100, 40, 7}, chk[NS] = {1, 1, 0, 0};
     const int Hv = d.n_v_heads, no = Hv * d.v_dim;
     const size_t Sn = (size_t)Hv * d.k_dim * d.v_dim;
@@ -562,10 +562,10 @@ static void test_gdn_bf16_state(void) {
 }
 
 static void test_gdn_chunked(void) {
-    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0, 0}, 1.0f);
-    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0, 0}, 8.0f);
-    gdn_chunked_case((qgdn_dims){2, 4, 32, 32, 0, 0}, 0.05f);
-    gdn_chunked_case((qgdn_dims){2, 4, 64, 96, 0, 0}, 1.0f);
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0, 0, NULL}, 1.0f);
+    gdn_chunked_case((qgdn_dims){4, 8, 128, 128, 0, 0, NULL}, 8.0f);
+    gdn_chunked_case((qgdn_dims){2, 4, 32, 32, 0, 0, NULL}, 0.05f);
+    gdn_chunked_case((qgdn_dims){2, 4, 64, 96, 0, 0, NULL}, 1.0f);
 }
 
 int main(void) {

@@ -180,7 +180,7 @@ static void test_gated_delta_vs_naive(void **state) {
     (void)state;
     qbackend *be = tbackend(2);
     trng r = {23};
-    const qgdn_dims d = {2, 4, 16, 8, 0, 0};
+    const qgdn_dims d = {2, 4, 16, 8, 0, 0, NULL};
     const qseq seqs[2] = {{0, 70, 40, 1}, {70, 5, 9, 0}};
     const int n = 75;
     gd_in in = gd_make(&r, d, n, 1.0f);
@@ -233,7 +233,7 @@ static void test_chunked_vs_recurrent(void **state) {
     const int lens[] = {1, 2, 3, 31, 63, 64, 65, 100, 127, 128, 129, 150, 191, 192, 200};
     const int pos0s[] = {0, 1, 37, 63, 64, 100, 1000};
     const float gmaxs[] = {0.05f, 1.0f, 8.0f};
-    const qgdn_dims d = {1, 2, 32, 16, 0, 0}; /* Hv = 2*Hk */
+    const qgdn_dims d = {1, 2, 32, 16, 0, 0, NULL}; /* Hv = 2*Hk */
     double worst_o = 0, worst_s = 0;
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (size_t pi = 0; pi < sizeof pos0s / sizeof *pos0s; pi++) {
@@ -245,7 +245,7 @@ static void test_chunked_vs_recurrent(void **state) {
             if (es > worst_s) worst_s = es;
         }
     /* the real head sizes (dk = dv = 128), Hv = 2*Hk */
-    const qgdn_dims big = {2, 4, 128, 128, 0, 0};
+    const qgdn_dims big = {2, 4, 128, 128, 0, 0, NULL};
     for (int k = 0; k < 3; k++) {
         double eo, es;
         chunk_vs_rec(be, &r, big, (int[]){200, 77, 130}[k], (int[]){0, 100, 64}[k], gmaxs[k], &eo, &es);
@@ -263,7 +263,7 @@ static void test_gated_delta_cut_points(void **state) {
     (void)state;
     qbackend *be = tbackend(2);
     trng r = {25};
-    const qgdn_dims d = {2, 4, 16, 8, 0, 0};
+    const qgdn_dims d = {2, 4, 16, 8, 0, 0, NULL};
     const int n = 150, no = d.n_v_heads * d.v_dim;
     gd_in in = gd_make(&r, d, n, 1.0f);
     float *S1 = tfloats(s_floats(d)), *S2, *o1 = tfloats(n * no), *o2 = tfloats(n * no);
@@ -307,7 +307,7 @@ static void test_gdn_batch_and_threads(void **state) {
     (void)state;
     qbackend *b1 = tbackend(1), *b2 = tbackend(2);
     trng r = {26};
-    const qgdn_dims d = {2, 4, 16, 8, 0, 0};
+    const qgdn_dims d = {2, 4, 16, 8, 0, 0, NULL};
     const int64_t C = qkv_row(d), no = d.n_v_heads * d.v_dim, sf = s_floats(d), cs = 3 * C;
     const qseq seqs[3] = {{0, 100, 37, 1}, {100, 3, 12, 0}, {103, 70, 0, 1}};
     const int n = 173;
@@ -416,7 +416,7 @@ static void test_gated_delta_bf16_state(void **state) {
     (void)state;
     qbackend *be = tbackend(2);
     trng r = {27};
-    const qgdn_dims d = {2, 4, 32, 16, 0, 0};
+    const qgdn_dims d = {2, 4, 32, 16, 0, 0, NULL};
     double worst = 0, least = 1; /* least: over the cases whose outputs read a rounded state */
     for (int k = 0; k < 4; k++) {
         const int n = (int[]){150, 70, 9, 200}[k], pos0 = (int[]){0, 100, 37, 64}[k];
@@ -438,9 +438,11 @@ static void test_gdn_bad_arguments(void **state) {
     qbackend *be = tbackend(1);
     float buf[4096] = {0}, *S[1] = {buf};
     qseq sq = {0, 1, 0, 0};
-    assert_int_equal(be->ops->gated_delta(be, buf, buf, buf, &sq, 1, S, (qgdn_dims){3, 4, 8, 8, 0, 0}, buf), Q_EINVAL);
+    assert_int_equal(be->ops->gated_delta(be, buf, buf, buf, &sq, 1, S, (qgdn_dims){3, 4, 8, 8, 0, 0, NULL}, buf),
+                     Q_EINVAL);
     S[0] = NULL;
-    assert_int_equal(be->ops->gated_delta(be, buf, buf, buf, &sq, 1, S, (qgdn_dims){2, 4, 8, 8, 0, 0}, buf), Q_EINVAL);
+    assert_int_equal(be->ops->gated_delta(be, buf, buf, buf, &sq, 1, S, (qgdn_dims){2, 4, 8, 8, 0, 0, NULL}, buf),
+                     Q_EINVAL);
     assert_int_equal(be->ops->conv1d_silu(be, buf, &sq, 1, S, buf, 8, 4, buf + 64), Q_EINVAL);
     assert_int_equal(be->ops->conv1d_silu(be, buf, &sq, 1, S, buf, 8, 0, buf + 64), Q_EINVAL);
     assert_int_equal(be->ops->gdn_gates(be, buf, buf, 1, 0, buf, buf, buf, buf), Q_EINVAL);
