@@ -371,7 +371,7 @@ struct gt_extra {
     int bf16x;
     unsigned short *nx;   /* with ss: the next norm's split rows to write (gt_job), with nx_w; NULL: none */
     const float *nx_w;
-    const void *xs_ready; /* with norm or glu: x's split rows as a producer's nx or gx left them (no split launch) */
+    const void *xs_ready; /* with norm or glu: x's split rows as a producer left them (nx, gx, gr: no split launch) */
     unsigned short *gx;   /* with norm, two weights: a GLU pair's split rows to write (gt_job, gemv_tc_glu_rows_ok) */
 };
 
@@ -415,7 +415,7 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
     }
     job.in.bf16 = ex.bf16x;
     const int rt = gemv_tc_tile_rows(n, ex.bf16x);
-    if (ex.xs_ready) { /* a producer's nx or gx: gemv_dq_kernel's order (a norm's scale after the product) */
+    if (ex.xs_ready) { /* a producer's rows: gemv_dq_kernel's order (a norm's scale after the product) */
         if (!(ex.norm || ex.glu) || kind == 0 || !gdq_wgmma(n, ex.bf16x)) return cudaErrorInvalidValue;
         job.xs = (const uint4 *)ex.xs_ready;
     } else if (gemv_tc_pre_bytes(W[0], n, ex.bf16x) > 0) {
