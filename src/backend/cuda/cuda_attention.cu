@@ -371,6 +371,11 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t stride = dim + 2;
     const float *p = part + ((int64_t)blockIdx.x * n_q + h) * max_splits * stride;
+    /* a thread's dim of the gate, loaded now so that its latency hides behind the splits' (at the end it was the
+     * block's last round trip) */
+    static_assert(32 * ATT_COMB_MAX_PL <= ATT_COMB_WARPS * 32, "a thread a dim of the block's at the end");
+    const bool mine = threadIdx.x < 32 * PL;
+    const float gate = ag.xs && mine ? __ldg(ag.g + ((int64_t)rw.row * n_q + h) * ag.g_stride + d0 + threadIdx.x) : 0.0f;
     float m = -INFINITY;
     for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
         const float2 ml = __ldcg((const float2 *)(p + s * stride)); /* stride is even: 8-byte aligned */
@@ -420,15 +425,15 @@ attention_combine_kernel(const __grid_constant__ cu_tab rows, int n_q, int dim, 
     __syncthreads();
     float L = red[0];
     for (int w = 1; w < ATT_COMB_WARPS; w++) L += red[w];
-    for (int i = threadIdx.x; i < 32 * PL; i += blockDim.x) {
+    if (mine) {
+        const int i = threadIdx.x;
         float v = sums[i];
         for (int w = 1; w < ATT_COMB_WARPS; w++) v += sums[w * 32 * PL + i];
         const float y = v / L;
         out[((int64_t)rw.row * n_q + h) * dim + d0 + i] = y;
-        if (ag.xs) {
-            const float g = __ldg(ag.g + ((int64_t)rw.row * n_q + h) * ag.g_stride + d0 + i);
-            gt_split_store(ag.xs, (int64_t)n_q * dim / 64, rw.row, h * dim + d0 + i, __fmul_rn(glu_act(g, ag.act), y));
-        }
+        if (ag.xs)
+            gt_split_store(ag.xs, (int64_t)n_q * dim / 64, rw.row, h * dim + d0 + i,
+                           __fmul_rn(glu_act(gate, ag.act), y));
     }
 }
 static cudaError_t att_combine_launch(cudaStream_t st, const cu_tab &tab, int n_rows, int n_q, int dim,

@@ -41,7 +41,7 @@ qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_
 /* A producer's question to the decode matmul (cuda_gemv.cu): where the next matmul will read x (n rows of K, rows 0 ..
  * n - 1 of what the producer writes) through the gate glu as split rows, the rows to write (*rows; the producer writes
  * every row's value, gt_split_store), else NULL. x NULL: none made. producer: which knob turns it off. */
-enum { CU_ROWS_GNORM = 0, CU_ROWS_ATT = 1 };
+enum { CU_ROWS_GNORM = 0, CU_ROWS_ATT = 1, CU_ROWS_GLU = 2 };
 qstatus cu_gate_rows(qbackend *be, int producer, const float *x, const qglu *glu, int n, int64_t K,
                      unsigned short **rows);
 /* n where the seqs' rows are exactly rows 0 .. n - 1 (each row one seq's), else -1. */

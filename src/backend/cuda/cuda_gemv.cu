@@ -57,9 +57,6 @@ struct cu_gemv {
     unsigned short *nx; /* the next norm's split rows, as the last resid_matmul left them (gemv_tc_next_ok) */
     size_t nx_bytes;
     struct { const float *x, *ss, *w; int n; } nx_for; /* the boundary nx holds (x NULL: none) */
-    unsigned short *gx; /* a GLU's product as split rows, as the last GLU pair left them (gemv_tc_glu_rows_ok) */
-    size_t gx_bytes;
-    struct { const float *g, *u; int n; } gx_for; /* the gate and up gx was made of (g NULL: none) */
     unsigned short *gr; /* a gated input's split rows, as the last producer told its gate left them (cu_gate_rows) */
     size_t gr_bytes;
     struct { const float *x; qglu glu; int n; int64_t K; } gr_for; /* what gr holds (x NULL: none) */
@@ -72,7 +69,6 @@ void cu_gemv_free(cuda_state *s) {
     cudaFree(s->gemv->tick);
     cudaFree(s->gemv->pre);
     cudaFree(s->gemv->nx);
-    cudaFree(s->gemv->gx);
     cudaFree(s->gemv->gr);
     free(s->gemv);
     s->gemv = NULL;
@@ -190,45 +186,17 @@ static qstatus next_norm_rows(qbackend *be, const float *x, int n, const qweight
     return Q_OK;
 }
 
-/* The MLP's boundary between its gate + up and its down projection (qnorm glu_pair): in dequant mode the pair's launch
- * leaves the GLU's product as the down projection's split rows (gx) as it finishes, and a glu_matmul / resid_matmul
- * of the same gate, x and n reads them instead of a split launch. Any other norm launch forgets gx, as does its
- * consumer. QUILL_CUDA_GLU_ROWS=0 always splits (an A/B in one build; the bits are the same). */
-static int glu_rows_on(void) {
-    static int on = -1;
-    return cu_env_on("QUILL_CUDA_GLU_ROWS", &on);
-}
-static qstatus glu_pair_rows(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y,
-                             int kind, gt_extra *ex) {
-    struct cu_gemv *g = ((cuda_state *)be->impl)->gemv;
-    if (ex->norm) {
-        g->gx_for.g = NULL;
-        if (!ex->norm->glu_pair || count != 2 || !glu_rows_on() || !gemv_tc_glu_rows_ok(kind, W, n, ex->bf16x))
-            return Q_OK;
-        Q_TRY(cu_grow((cuda_state *)be->impl, (void **)&g->gx, &g->gx_bytes, gemv_tc_next_bytes(W[0], n),
-                      "matmul GLU rows"));
-        ex->gx = g->gx;
-        g->gx_for.g = y[0], g->gx_for.u = y[1], g->gx_for.n = n;
-        return Q_OK;
-    }
-    const qglu *gl = ex->glu;
-    if (gl && gl->g == g->gx_for.g && x == g->gx_for.u && n == g->gx_for.n && gl->act == QGLU_SILU && !gl->norm_w &&
-        gl->dim == gl->g_stride && gl->g_stride == W[0]->n_in && count == 1 && kind != 0 && gdq_wgmma(n, ex->bf16x))
-        ex->xs_ready = g->gx;
-    g->gx_for.g = NULL;
-    return Q_OK;
-}
-
 /* A gated input's boundary (cu_gate_rows): in dequant mode the op that makes x and knows the gate its consumer reads it
  * through leaves the gated x as split rows (gr) as it writes x: the gated delta rule for out_proj's gated norm
- * (qgdn_dims.out_norm, cuda_gdn_rows.cuh), the attention's combine for o_proj's output gate (attention_gated). A
- * glu_matmul / resid_matmul of the same x, gate and n reads them instead of a split launch; any decode matmul launch
- * forgets gr. QUILL_CUDA_GNORM_ROWS=0 / QUILL_CUDA_ATT_ROWS=0 always split after that producer (A/Bs in one build; the
- * bits are the same). */
+ * (qgdn_dims.out_norm, cuda_gdn_rows.cuh), the attention's combine for o_proj's output gate (attention_gated), the
+ * MLP's gate + up for the down projection's silu GLU (qnorm glu_pair: glu_pair_rows). A glu_matmul / resid_matmul of
+ * the same x, gate and n reads them instead of a split launch; any decode matmul launch forgets gr.
+ * QUILL_CUDA_GNORM_ROWS=0 / QUILL_CUDA_ATT_ROWS=0 / QUILL_CUDA_GLU_ROWS=0 always split after that producer (A/Bs in
+ * one build; the bits are the same). */
 static int gate_rows_on(int producer) {
-    static int on[2] = {-1, -1};
-    return producer == CU_ROWS_GNORM ? cu_env_on("QUILL_CUDA_GNORM_ROWS", &on[0])
-                                     : cu_env_on("QUILL_CUDA_ATT_ROWS", &on[1]);
+    static int on[3] = {-1, -1, -1};
+    static const char *const knob[3] = {"QUILL_CUDA_GNORM_ROWS", "QUILL_CUDA_ATT_ROWS", "QUILL_CUDA_GLU_ROWS"};
+    return cu_env_on(knob[producer], &on[producer]);
 }
 qstatus cu_gate_rows(qbackend *be, int producer, const float *x, const qglu *glu, int n, int64_t K,
                      unsigned short **rows) {
@@ -259,6 +227,14 @@ static void gate_rows_take(qbackend *be, const float *x, int n, int count, const
         ex->xs_ready = g->gr;
     g->gr_for.x = NULL;
 }
+/* The MLP's gate + up (qnorm glu_pair) as a producer of gated rows: the pair's launch (gemv_tc_glu_rows_ok) leaves
+ * bf16(silu(gate) up) as the down projection's split rows as it finishes (gt_job gx). */
+static qstatus glu_pair_rows(qbackend *be, int n, int count, const qweight *const *W, float *const *y, int kind,
+                             gt_extra *ex) {
+    if (!ex->norm || !ex->norm->glu_pair || count != 2 || !gemv_tc_glu_rows_ok(kind, W, n, ex->bf16x)) return Q_OK;
+    const qglu act = {y[0], W[0]->n_out, (int)W[0]->n_out, QGLU_SILU, NULL, 0.0f}; /* the model's down projection's */
+    return cu_gate_rows(be, CU_ROWS_GLU, y[1], &act, n, W[0]->n_out, &ex->gx);
+}
 
 /* One tensor-core launch of count weights of `kind` (checked by the caller), with its scratch; x as
  * QUILL_DECODE_PRECISION asks. */
@@ -279,8 +255,8 @@ static qstatus tc_launch(qbackend *be, const float *x, int n, int count, const q
     Q_TRY(cu_gemv_scratch(be, need_p, need_t, gemv_tc_pre_bytes(W[0], n, ex.bf16x), &part, &tick, &pre));
     for (int i = 0; i < count; i++) parts[i] = part + off_p[i], ticks[i] = tick + off_t[i];
     Q_TRY(next_norm_rows(be, x, n, W[0], y[0], kind, &ex));
-    Q_TRY(glu_pair_rows(be, x, n, count, W, y, kind, &ex));
-    gate_rows_take(be, x, n, count, W, kind, &ex);
+    gate_rows_take(be, x, n, count, W, kind, &ex); /* before a producer records its own */
+    Q_TRY(glu_pair_rows(be, n, count, W, y, kind, &ex));
     CU_TRY(gemv_tc_launch_multi(kind, x, n, count, W, y, parts, ticks, pre, cu_stream(be), ex),
            "matmul (tensor-core gemv)");
     return Q_OK;

@@ -371,7 +371,7 @@ struct gt_extra {
     int bf16x;
     unsigned short *nx;   /* with ss: the next norm's split rows to write (gt_job), with nx_w; NULL: none */
     const float *nx_w;
-    const void *xs_ready; /* with norm or glu: x's split rows as a producer left them (nx, gx, gr: no split launch) */
+    const void *xs_ready; /* with norm or glu: x's split rows as a producer left them (nx, gr: no split launch) */
     unsigned short *gx;   /* with norm, two weights: a GLU pair's split rows to write (gt_job, gemv_tc_glu_rows_ok) */
 };
 
