@@ -313,15 +313,18 @@ static void test_glu_matmul(void) {
  * a producer of one K slice (the test models' shapes); 37 rows (the many-row kernels). Then EXACT(batch): the
  * first 1, 5 and 16 rows alone give the bits they give among 37 (the one-row, staged and split-once kernels, and the
  * many-row kernels' tiles of 2), and so do 37 rows whose consumer splits x itself (from_resid 0: in dequant mode the
- * others read the rows the producer wrote for it). */
+ * others read the rows the producer wrote for it). The 9B's down projection (4096x12288, swiglu) runs on 64 rows:
+ * in dequant mode its 6 slices' cluster finish gives the last block the tile's last 9 rows (gemv_tc_split). */
 static void test_residual_boundary(void) {
-    struct { qwfmt f; int H, K, dim, stride; qglu_act act; int count, c_out[3]; const char *name; } cases[] = {
-        {QW_AFFINE, 4096, 4096, 256, 512, QGLU_SIGMOID, 2, {12288, 12288, 0}, "4b 9B"},
-        {QW_BF16, 1088, 1024, 0, 0, QGLU_SILU, 2, {520, 96, 0}, "bf16"},
-        {QW_AFFINE, 1088, 2048, 2048, 2048, QGLU_SILU, 3, {300, 32, 1088}, "4b swiglu"},
-        {QW_AFFINE, 128, 256, 256, 256, QGLU_SILU, 2, {256, 96, 0}, "4b one slice"}};
-    const int ns[4] = {1, 5, 16, 37}, rows = 37; /* 16: the many-row kernels' tiles of 2 (dequant: clusters of 4) */
+    struct { qwfmt f; int H, K, dim, stride; qglu_act act; int count, c_out[3], rows; const char *name; } cases[] = {
+        {QW_AFFINE, 4096, 4096, 256, 512, QGLU_SIGMOID, 2, {12288, 12288, 0}, 37, "4b 9B"},
+        {QW_AFFINE, 4096, 12288, 12288, 12288, QGLU_SILU, 2, {1024, 64, 0}, 64, "4b 9B down"},
+        {QW_BF16, 1088, 1024, 0, 0, QGLU_SILU, 2, {520, 96, 0}, 37, "bf16"},
+        {QW_AFFINE, 1088, 2048, 2048, 2048, QGLU_SILU, 3, {300, 32, 1088}, 37, "4b swiglu"},
+        {QW_AFFINE, 128, 256, 256, 256, QGLU_SILU, 2, {256, 96, 0}, 37, "4b one slice"}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        /* 16: the many-row kernels' tiles of 2 (dequant: clusters of 4) */
+        const int rows = cases[k].rows, ns[4] = {1, 5, 16, rows};
         const int H = cases[k].H, K = cases[k].K, count = cases[k].count, parts = (H + QNORM_PART - 1) / QNORM_PART;
         const int bits = cases[k].f == QW_AFFINE ? 4 : 0;
         wpair W = mk_weight(cases[k].f, H, K, bits, 64), C[3];
@@ -359,7 +362,7 @@ static void test_residual_boundary(void) {
         for (int i = 0; i < 3; i++) most = y_bytes[i] > most ? y_bytes[i] : most;
         void *got = malloc(most);
         int same = 1;
-        for (int v = 4; v >= 0; v--) { /* 37 rows (the reference), 37 with the consumer's own split, 16, 5, 1 */
+        for (int v = 4; v >= 0; v--) { /* all rows (the reference), all with the consumer's own split, 16, 5, 1 */
             const int q = v == 4 ? 3 : v;
             OK(gpu->ops->copy(gpu, x.g, x0.g, x.bytes));
             OK(gpu->ops->copy(gpu, xin1.g, xin.g, xin.bytes));
@@ -376,7 +379,7 @@ static void test_residual_boundary(void) {
             }
         }
         char nm_[96];
-        OK(gpu->ops->upload(gpu, x.g, ref[0], x.bytes)); /* the 37-row call's residual */
+        OK(gpu->ops->upload(gpu, x.g, ref[0], x.bytes)); /* the all-row call's residual */
         snprintf(nm_, sizeof nm_, "resid_matmul %s: residual vs cpu", cases[k].name);
         expect_close(nm_, x, decode_tol());
         /* the sums of squares of the CPU's new rows, in double */
@@ -398,7 +401,7 @@ static void test_residual_boundary(void) {
             snprintf(nm_, sizeof nm_, "norm_matmul_multi %s: weight %d vs cpu", cases[k].name, i);
             expect_close(nm_, y[i], decode_tol());
         }
-        snprintf(nm_, sizeof nm_, "resid + norm %s: 1/5/16 rows, 37 split apart == in 37", cases[k].name);
+        snprintf(nm_, sizeof nm_, "resid + norm %s: 1/5/16 rows, %d split apart == in %d", cases[k].name, rows, rows);
         expect_flag(nm_, same);
         for (int j = 0; j < 5; j++) free(ref[j]);
         free(got);

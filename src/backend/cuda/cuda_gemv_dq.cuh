@@ -146,8 +146,12 @@ template <int Q, int NT, int S, int ROLE>
 __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, const gt_place<Q> &P, const gt_job &job,
                                              const float *sc, int lane, int warp) {
     typedef gdq_fin_cfg<NT> F;
-    constexpr int R = 8 * NT / S, ITER = R * GT_OUT / GT_THREADS;
-    static_assert(R * GT_OUT % GT_THREADS == 0, "whole rounds of the block's threads");
+    /* block s sums rows [s R, s R + R) of the tile; where S does not divide them (S = 6, gemv_tc_split) the last
+     * block takes fewer, and a thread's items past its block's rows load a row of them and store nothing */
+    constexpr int ROWS = 8 * NT, R = (ROWS + S - 1) / S, ITEMS = R * GT_OUT;
+    constexpr int ITER = (ITEMS + GT_THREADS - 1) / GT_THREADS;
+    constexpr bool EVEN = ROWS % S == 0 && ITEMS % GT_THREADS == 0;
+    const int rows_here = EVEN ? R : min(R, ROWS - P.s * R);
     extern __shared__ uint4 gt_smem[];
     float *sums = (float *)((char *)gt_smem + F::SUMS), *sq = (float *)((char *)gt_smem + F::SQ);
     float *__restrict__ ss = job.ss;
@@ -158,7 +162,7 @@ __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, c
     float v[ITER][S];
 #pragma unroll
     for (int k = 0; k < ITER; k++) {
-        const int i = threadIdx.x + k * GT_THREADS, rl = P.s * R + i / GT_OUT;
+        const int i = threadIdx.x + k * GT_THREADS, rl = P.s * R + (EVEN ? i / GT_OUT : min(i / GT_OUT, rows_here - 1));
 #pragma unroll
         for (int q = 0; q < S; q++) v[k][q] = cu_cluster_ld(src[q] + (uint32_t)(rl * GDQ_LD + i % GT_OUT) * 4u);
     }
@@ -168,7 +172,7 @@ __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, c
         float sum = v[k][0];
 #pragma unroll
         for (int q = 1; q < S; q++) sum += v[k][q];
-        const bool here = r < n && og < n_out;
+        const bool mine = EVEN || i / GT_OUT < rows_here, here = mine && r < n && og < n_out;
         if (here) {
             float *d = P.y + (int64_t)r * n_out + og;
             if (ss) sum = d[0] + sum;
@@ -176,12 +180,12 @@ __device__ __forceinline__ void gdq_finish_s(const float (&acc)[NT][4], int n, c
             d[0] = sum;
             if (ROLE == GDQ_NEXT) gt_next_store(job.nx, n_out / 64, r, og, sum, nwv);
         }
-        if (ss) sq[i] = here ? sum * sum : 0.0f;
+        if (ss && (EVEN || i < ITEMS)) sq[i] = here ? sum * sum : 0.0f;
     }
     if (ss) {
         const int first = P.row0 + P.s * R;
         __syncthreads();
-        gt_store_squares(sq, min(R, n - first), first, (n_out + GT_OUT - 1) / GT_OUT, P.ob, ss, lane);
+        gt_store_squares(sq, min(rows_here, n - first), first, (n_out + GT_OUT - 1) / GT_OUT, P.ob, ss, lane);
     }
     cu_cluster_sync_relaxed(); /* the other blocks are done reading this one's sums */
 }
@@ -194,6 +198,7 @@ __device__ __forceinline__ void gdq_finish_glu_s(const float (&acc)[NT][4], int 
                                                  const gt_job &job, const float *sc, int lane, int warp) {
     typedef gdq_fin_cfg<NT> F;
     constexpr int H = GT_OUT / 2, R = 8 * NT / S, ITEMS = R * H, ITER = (ITEMS + GT_THREADS - 1) / GT_THREADS;
+    static_assert(8 * NT % S == 0, "a GLU pair's slices divide the tile's rows (gemv_tc_glu_rows_ok)");
     extern __shared__ uint4 gt_smem[];
     float *sums = (float *)((char *)gt_smem + F::SUMS);
     const int n_out = (int)job.W[0].n_out;
@@ -239,9 +244,14 @@ __device__ __forceinline__ void gdq_finish_role_s(const float (&acc)[NT][4], int
 template <int Q, int NT, int ROLE>
 __device__ __forceinline__ void gdq_finish_cluster(const float (&acc)[NT][4], int n, const gt_place<Q> &P,
                                                    const gt_job &job, const float *sc, int lane, int warp) {
-    switch (P.S) { /* gemv_tc_split's S: powers of two; a cluster's at most GDQ_MAX_CLUSTER, at least 2 (gdq_cluster) */
+    /* gemv_tc_split's S: powers of two, or 6; a cluster's at most GDQ_MAX_CLUSTER, at least 2 (gdq_cluster). A GLU
+     * pair's gate and up (12288x4096 on the 9B) take powers of two. */
+    switch (P.S) {
     case 2: gdq_finish_role_s<Q, NT, 2, ROLE>(acc, n, P, job, sc, lane, warp); break;
     case 4: gdq_finish_role_s<Q, NT, 4, ROLE>(acc, n, P, job, sc, lane, warp); break;
+    case 6:
+        if constexpr (ROLE != GDQ_GLU) gdq_finish_role_s<Q, NT, 6, ROLE>(acc, n, P, job, sc, lane, warp);
+        break;
     default: gdq_finish_role_s<Q, NT, 8, ROLE>(acc, n, P, job, sc, lane, warp); break;
     }
 }

@@ -8,9 +8,9 @@
 #include "cuda_split_rows.cuh"
 
 /* The first S <= SMAX of an output's partials, every load out first, then added in slice order. gt_finish's
- * SUM_BY_S takes one template per S for S = 2, 4, 8 (gemv_tc_split's are powers of two; any other S takes the
- * predicated GT_MAX_SPLIT form): that loop over 16 predicated slices cost the many-row finish ~110 instructions
- * an output (ncu, session 13). */
+ * SUM_BY_S takes one template per S for S = 2, 4, 6, 8 (gemv_tc_split's are powers of two, or dequant mode's 6;
+ * any other S takes the predicated GT_MAX_SPLIT form): that loop over 16 predicated slices cost the many-row finish ~110
+ * instructions an output (ncu, session 13). */
 template <int SMAX>
 __device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int64_t stride, int S = SMAX) {
     float v[SMAX];
@@ -140,7 +140,8 @@ __device__ __forceinline__ void gt_finish(const float (&acc)[NT][4], int n, cons
                 const float *pp = part + idx;
                 if (SUM_BY_S) /* many rows, 4-bit one row; the bf16 one-row kernels keep the loop (head +8 % else) */
                     v = S == 2 ? gt_sum_slices<2>(pp, stride) : S == 4 ? gt_sum_slices<4>(pp, stride)
-                        : S == 8 ? gt_sum_slices<8>(pp, stride) : gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
+                        : S == 6 ? gt_sum_slices<6>(pp, stride) : S == 8 ? gt_sum_slices<8>(pp, stride)
+                        : gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
                 else
                     v = gt_sum_slices<GT_MAX_SPLIT>(pp, stride, S);
                 if (ss) v = res + v;

@@ -27,14 +27,17 @@ static inline size_t gemv_tc_tile_unit_bytes(int kind, int rt = 4) {
 #ifndef GT_MIN_SLICE_DQ
 #define GT_MIN_SLICE_DQ 16
 #endif
-static inline int gt_min_slice(int kind) {
-    static int mode = -1, dq = -1; /* racing first callers compute the same values */
+static inline bool gt_dq_weight(int kind) { /* a 4-bit weight in dequant mode */
+    static int mode = -1; /* racing first callers compute the same value */
     static const char *bad;
     /* the mode's code: a bad value fails where the matmul reads it (cu_decode_precision) */
-    return kind && cu_precision_code("QUILL_DECODE_PRECISION", &mode, &bad, 1) == GT_DQ
-               ? cu_env_int("QUILL_CUDA_DQ_MIN_SLICE", &dq, GT_MIN_SLICE_DQ, 1, 1024)
-               : GT_MIN_SLICE;
+    return kind && cu_precision_code("QUILL_DECODE_PRECISION", &mode, &bad, 1) == GT_DQ;
 }
+static inline int gt_min_slice(int kind) {
+    static int dq = -1;
+    return gt_dq_weight(kind) ? cu_env_int("QUILL_CUDA_DQ_MIN_SLICE", &dq, GT_MIN_SLICE_DQ, 1, 1024) : GT_MIN_SLICE;
+}
+static inline int gdq_fit8_blocks(void);
 
 /* K slices: a function of the weight's shape (and the decode precision) only. Enough blocks to fill the GPU about
  * twice (GT_BLOCKS), each slice at least gt_min_slice units, and always few enough units per slice that
@@ -48,6 +51,16 @@ static inline int gemv_tc_split(const qweight *W, int kind) {
     while (S < GT_MAX_SPLIT &&
            ((size_t)((U + S - 1) / S) * tub * fit > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= min_slice)))
         S *= 2;
+    /* Dequant mode: a launch of one tile (up to 64 rows) finishes in clusters of S, and fewer clusters of 8 fit at
+     * once than blocks alone (30 on the H200: 240 blocks of 264). Where 8 slices would need more than fit (the 9B's
+     * down projection, 4096x12288: 32 clusters, whose last 2 waited for the first to end, ncu) and the units divide
+     * by 6 into slices of at least min_slice, 6 slices take the whole launch in one wave (192 blocks of 32 units,
+     * clusters of 6 at every row count: gdq_cluster_fits). QUILL_CUDA_DQ_SIX=0 keeps 8 (an A/B in one build; the
+     * bits change with it). */
+    static int six = -1;
+    if (S == 8 && U % 6 == 0 && U / 6 >= min_slice && gt_dq_weight(kind) && cu_env_on("QUILL_CUDA_DQ_SIX", &six) &&
+        gdq_fit8_blocks() > 0 && ob * 8 > gdq_fit8_blocks())
+        S = 6;
     return S;
 }
 
@@ -243,6 +256,12 @@ static inline int gdq_clusters_fit(int c) {
     int k = 0;
     return cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true, GDQ_PLAIN>, &cfg) == cudaSuccess ? k : 0;
 }
+/* Blocks that fit at once in clusters of 8 (gemv_tc_split; 0: none), asked once. */
+static inline int gdq_fit8_blocks(void) {
+    static int blocks = -1; /* racing first callers compute the same value */
+    if (blocks < 0) blocks = 8 * gdq_clusters_fit(8);
+    return blocks;
+}
 /* The cluster finish unless QUILL_CUDA_GDQ_CLUSTER=0 or the device cannot place a cluster of GDQ_MAX_CLUSTER. */
 static inline int gdq_cluster_on(void) {
     static int env = -1, fits = -1; /* racing first callers compute the same values */
@@ -257,11 +276,13 @@ static inline int gdq_cluster_on(void) {
  * (c = 8) 13.2 / 17.0, 4096x12288 (c = 8) 22.9 / 26.6, the head (c = 2) 296 / 260; 16 rows, dequant mode's
  * slices of 16 units: 4096x4096 (c = 4) 13.4 / 12.8, 12288x4096 (c = 4) 24.2 / 23.6. A cluster of 8 blocks is
  * placed as a whole (30 fit, 240 blocks, where 264 fit alone; 62 of 4: 248), and at 16 rows the last block's sum
- * of the partials is short. */
+ * of the partials is short. Clusters of 6 (gemv_tc_split's 6 slices: 32 of them fit at once) beat the tickets at 16
+ * and 32 rows too (64 rows: 4096x12288 30.9 us against 35.8 with 8 slices; 16 / 32 / 64 streams +0.3 / +3 / +4 %
+ * against 8 slices, where the tickets with 6 lost 3.5 % at 16 and 32 streams; session 34). */
 #define GDQ_WAVE_CLUSTER 4
 /* The rule above for clusters of c blocks on nt tiles (gdq_cluster; gemv_tc_glu_rows_ok). */
 static inline bool gdq_cluster_fits(int c, int nt) {
-    return c >= 2 && c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER) && gdq_cluster_on();
+    return c >= 2 && c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER || c == 6) && gdq_cluster_on();
 }
 static inline int gdq_cluster(const gt_job &job, int nt) {
     int c = 1;
@@ -355,7 +376,8 @@ static inline bool gemv_tc_glu_rows_ok(int kind, const qweight *const *W, int n,
     if (kind == 0 || !gdq_wgmma(n, bf16x) || a->n_out % 64 || a->n_out != b->n_out || a->n_in != b->n_in ||
         a->fmt != b->fmt || a->sb_fmt != b->sb_fmt || a->group != b->group || gemv_tc_kind(b) != kind)
         return false;
-    return gdq_cluster_fits(gemv_tc_split(a, kind), gemv_tc_job_tiles(kind, n, 2, W, bf16x));
+    const int S = gemv_tc_split(a, kind); /* (a power of two: the pair's finish divides the tile's rows by it) */
+    return (S & (S - 1)) == 0 && gdq_cluster_fits(S, gemv_tc_job_tiles(kind, n, 2, W, bf16x));
 }
 
 /* Whether x can enter the tensor-core kernels normalised by nm (qnorm): the norm weights' 16-byte loads. */
