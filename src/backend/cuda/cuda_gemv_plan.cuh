@@ -39,7 +39,8 @@ static inline int gt_min_slice(int kind) {
 }
 static inline int gdq_fit8_blocks(void);
 
-/* K slices: a function of the weight's shape (and the decode precision) only. Enough blocks to fill the GPU about
+/* K slices: a function of the weight's shape (and the decode precision; in dequant mode the device's room for
+ * clusters of 8 too) only. Enough blocks to fill the GPU about
  * twice (GT_BLOCKS), each slice at least gt_min_slice units, and always few enough units per slice that
  * GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
 static inline int gemv_tc_split(const qweight *W, int kind) {
@@ -276,9 +277,9 @@ static inline int gdq_cluster_on(void) {
  * (c = 8) 13.2 / 17.0, 4096x12288 (c = 8) 22.9 / 26.6, the head (c = 2) 296 / 260; 16 rows, dequant mode's
  * slices of 16 units: 4096x4096 (c = 4) 13.4 / 12.8, 12288x4096 (c = 4) 24.2 / 23.6. A cluster of 8 blocks is
  * placed as a whole (30 fit, 240 blocks, where 264 fit alone; 62 of 4: 248), and at 16 rows the last block's sum
- * of the partials is short. Clusters of 6 (gemv_tc_split's 6 slices: 32 of them fit at once) beat the tickets at 16
- * and 32 rows too (64 rows: 4096x12288 30.9 us against 35.8 with 8 slices; 16 / 32 / 64 streams +0.3 / +3 / +4 %
- * against 8 slices, where the tickets with 6 lost 3.5 % at 16 and 32 streams; session 34). */
+ * of the partials is short. Clusters of 6 (gemv_tc_split's 6 slices: the 9B's down projection, 32 clusters) beat
+ * the tickets at 16 and 32 rows too (64 rows: 4096x12288 30.9 us against 35.8 with 8 slices; 16 / 32 / 64 streams
+ * +0.3 / +3 / +4 % against 8 slices, where the tickets with 6 lost 3.5 % at 16 and 32 streams; session 34). */
 #define GDQ_WAVE_CLUSTER 4
 /* The rule above for clusters of c blocks on nt tiles (gdq_cluster; gemv_tc_glu_rows_ok). */
 static inline bool gdq_cluster_fits(int c, int nt) {
