@@ -9,8 +9,8 @@
 
 /* The first S <= SMAX of an output's partials, every load out first, then added in slice order. gt_finish's
  * SUM_BY_S takes one template per S for S = 2, 4, 6, 8 (gemv_tc_split's are powers of two, or dequant mode's 6;
- * any other S takes the predicated GT_MAX_SPLIT form): that loop over 16 predicated slices cost the many-row finish ~110
- * instructions an output (ncu, session 13). */
+ * any other S takes the predicated GT_MAX_SPLIT form): that loop over 16 predicated slices cost the many-row finish
+ * ~110 instructions an output (ncu, session 13). */
 template <int SMAX>
 __device__ __forceinline__ float gt_sum_slices(const float *__restrict__ p, int64_t stride, int S = SMAX) {
     float v[SMAX];

@@ -37,12 +37,11 @@ static inline int gt_min_slice(int kind) {
     static int dq = -1;
     return gt_dq_weight(kind) ? cu_env_int("QUILL_CUDA_DQ_MIN_SLICE", &dq, GT_MIN_SLICE_DQ, 1, 1024) : GT_MIN_SLICE;
 }
-static inline int gdq_fit8_blocks(void);
+static inline int gdq_fit_blocks(void);
 
 /* K slices: a function of the weight's shape (and the decode precision; in dequant mode the device's room for
- * clusters of 8 too) only. Enough blocks to fill the GPU about
- * twice (GT_BLOCKS), each slice at least gt_min_slice units, and always few enough units per slice that
- * GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
+ * clusters of 8 too) only. Enough blocks to fill the GPU about twice (GT_BLOCKS), each slice at least gt_min_slice
+ * units, and always few enough units per slice that GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
 static inline int gemv_tc_split(const qweight *W, int kind) {
     const int64_t U = W->n_in / gemv_tc_unit_k(kind), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
     const size_t tub = gemv_tc_tile_unit_bytes(kind);
@@ -59,8 +58,8 @@ static inline int gemv_tc_split(const qweight *W, int kind) {
      * clusters of 6 at every row count: gdq_cluster_fits). QUILL_CUDA_DQ_SIX=0 keeps 8 (an A/B in one build; the
      * bits change with it). */
     static int six = -1;
-    if (S == 8 && U % 6 == 0 && U / 6 >= min_slice && gt_dq_weight(kind) && cu_env_on("QUILL_CUDA_DQ_SIX", &six) &&
-        gdq_fit8_blocks() > 0 && ob * 8 > gdq_fit8_blocks())
+    if (S == GDQ_MAX_CLUSTER && U % 6 == 0 && U / 6 >= min_slice && gt_dq_weight(kind) &&
+        cu_env_on("QUILL_CUDA_DQ_SIX", &six) && gdq_fit_blocks() > 0 && ob * S > gdq_fit_blocks())
         S = 6;
     return S;
 }
@@ -257,17 +256,16 @@ static inline int gdq_clusters_fit(int c) {
     int k = 0;
     return cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true, GDQ_PLAIN>, &cfg) == cudaSuccess ? k : 0;
 }
-/* Blocks that fit at once in clusters of 8 (gemv_tc_split; 0: none), asked once. */
-static inline int gdq_fit8_blocks(void) {
+/* Blocks that fit at once in clusters of GDQ_MAX_CLUSTER (0: the device cannot place one), asked once. */
+static inline int gdq_fit_blocks(void) {
     static int blocks = -1; /* racing first callers compute the same value */
-    if (blocks < 0) blocks = 8 * gdq_clusters_fit(8);
+    if (blocks < 0) blocks = GDQ_MAX_CLUSTER * gdq_clusters_fit(GDQ_MAX_CLUSTER);
     return blocks;
 }
 /* The cluster finish unless QUILL_CUDA_GDQ_CLUSTER=0 or the device cannot place a cluster of GDQ_MAX_CLUSTER. */
 static inline int gdq_cluster_on(void) {
-    static int env = -1, fits = -1; /* racing first callers compute the same values */
-    if (fits < 0) fits = gdq_clusters_fit(GDQ_MAX_CLUSTER) > 0;
-    return cu_env_on("QUILL_CUDA_GDQ_CLUSTER", &env) && fits;
+    static int env = -1;
+    return cu_env_on("QUILL_CUDA_GDQ_CLUSTER", &env) && gdq_fit_blocks() > 0;
 }
 /* The cluster size of a job's gemv_dq_kernel launch of nt tiles (its finish in the cluster, gdq_finish_cluster): the
  * largest S, when every weight's blocks come in whole clusters, it is portable, and each block of a cluster sums
