@@ -25,11 +25,11 @@
 #include "backend/cuda/cuda_gemv.cuh"
 #include "bench_check.h"
 #include "bench_weights.h"
+#include "bench_chain.h"
 
 #define LAYERS 8
 #define OPS_PER_LAYER 4
 #define N_OPS (LAYERS * OPS_PER_LAYER)
-#define REPS 20
 
 /* ---- the persistent chain -------------------------------------------------------------------------- */
 struct pk_op {
@@ -204,11 +204,6 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
     cu_cp_wait<0>();
 }
 
-__global__ void fill_x(float *p, int n, uint32_t seed) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) p[i] = (float)(hash32((uint64_t)i, seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
-}
-
 /* ---- the chain's ops ------------------------------------------------------------------------------- */
 static qweight one_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
     qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64};
@@ -288,57 +283,6 @@ template <int MINB> static void run_stream_minb(const chain &c, cudaStream_t st)
     }
 }
 
-/* All outputs of the chain, in op order. */
-static std::vector<float> outputs(const chain &c) {
-    CK(cudaDeviceSynchronize());
-    std::vector<float> all;
-    for (int i = 0; i < N_OPS; i++)
-        for (int j = 0; j < c.count[i]; j++) {
-            std::vector<float> h((size_t)c.W[i][j].n_out);
-            CK(cudaMemcpy(h.data(), c.y[i][j], h.size() * 4, cudaMemcpyDeviceToHost));
-            all.insert(all.end(), h.begin(), h.end());
-        }
-    return all;
-}
-static void poison(const chain &c) {
-    for (int i = 0; i < N_OPS; i++)
-        for (int j = 0; j < c.count[i]; j++) CK(cudaMemset(c.y[i][j], 0xff, (size_t)c.W[i][j].n_out * 4));
-}
-
-template <typename F> static double time_median(cudaStream_t st, F issue) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int r = 0; r < REPS + 1; r++) {
-        CK(cudaEventRecord(a, st));
-        issue();
-        CK(cudaEventRecord(b, st));
-        CK(cudaEventSynchronize(b));
-        float t;
-        CK(cudaEventElapsedTime(&t, a, b));
-        if (r) ms.push_back(t);
-    }
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2] * 1e3;
-}
-
-static int n_fail;
-static void compare(const char *mode, const std::vector<float> &ref, const std::vector<float> &got) {
-    size_t bad = 0, nonfinite = 0;
-    for (size_t i = 0; i < ref.size(); i++) {
-        bad += memcmp(&ref[i], &got[i], 4) != 0;
-        nonfinite += !isfinite(got[i]);
-    }
-    if (bad || nonfinite) {
-        printf("FAIL %s: %zu of %zu outputs differ from the stream's, %zu not finite\n", mode, bad, ref.size(),
-               nonfinite);
-        n_fail++;
-    }
-}
-
 /* The chain's ops as one kernel's parameters (a static: 16 KB); returns the largest shared memory a job asks. */
 static size_t fill_chain(const chain &c, pk_chain &ch) {
     size_t smem = 0;
@@ -394,69 +338,41 @@ static double run_ahead(const chain &c, unsigned *done, cudaStream_t st, unsigne
 }
 
 int main(void) {
-    CK(gemv_tc_init());
     cudaStream_t st;
-    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    float *x0;
-    CK(cudaMalloc(&x0, 4096 * sizeof(float)));
-    fill_x<<<16, 256>>>(x0, 4096, 7u);
-    CK(cudaGetLastError());
+    float *x0 = chain_start(&st);
     chain c;
     build(c, x0);
 
-    /* copy bandwidth (read + write) for the floor */
-    const size_t cb = (size_t)1 << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, cb));
-    CK(cudaMalloc(&b, cb));
-    const double copy_us = time_median(st, [&] { CK(cudaMemcpyAsync(b, a, cb, cudaMemcpyDeviceToDevice, st)); });
-    CK(cudaFree(a));
-    CK(cudaFree(b));
-    const double bw = 2.0 * (double)cb / (copy_us * 1e-6);
+    const double bw = copy_bandwidth(st); /* for the floor */
 
-    poison(c);
-    run_stream(c, st);
-    const std::vector<float> ref = outputs(c);
-    size_t nonfinite = 0;
-    for (float v : ref) nonfinite += !isfinite(v);
-    if (nonfinite) { printf("FAIL stream: %zu outputs not finite\n", nonfinite); n_fail++; }
-
-    const double t_stream = time_median(st, [&] { run_stream(c, st); });
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    run_stream(c, st);
-    CK(cudaStreamEndCapture(st, &g));
-    CK(cudaGraphInstantiate(&exec, g, 0));
-    poison(c);
-    CK(cudaGraphLaunch(exec, st));
-    compare("graph", ref, outputs(c));
-    const double t_graph = time_median(st, [&] { CK(cudaGraphLaunch(exec, st)); });
+    std::vector<float> ref;
+    double t_stream, t_graph;
+    stream_and_graph(c, N_OPS, st, [&] { run_stream(c, st); }, &ref, &t_stream, &t_graph);
 
     CK(cudaFuncSetAttribute(gemv_tc_kernel<64, 1, false, 4, GT_IN_X, false>,
                             cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX));
-    poison(c);
+    poison(c, N_OPS);
     run_stream_minb<3>(c, st);
-    compare("stream, 3 an SM", ref, outputs(c));
+    compare("stream, 3 an SM", ref, outputs(c, N_OPS));
     const double t_s3 = time_median(st, [&] { run_stream_minb<3>(c, st); });
-    poison(c);
+    poison(c, N_OPS);
     run_stream_minb<4>(c, st);
-    compare("stream, 4 an SM", ref, outputs(c));
+    compare("stream, 4 an SM", ref, outputs(c, N_OPS));
     const double t_s4 = time_median(st, [&] { run_stream_minb<4>(c, st); });
 
     unsigned *done;
     CK(cudaMalloc(&done, N_OPS * sizeof(unsigned)));
     unsigned g2 = 0, g3 = 0, ge = 0, ga = 0;
-    poison(c);
+    poison(c, N_OPS);
     const double t_p2 = run_persist<2, true>(c, done, st, &g2);
-    compare("persist 2", ref, outputs(c));
-    poison(c);
+    compare("persist 2", ref, outputs(c, N_OPS));
+    poison(c, N_OPS);
     const double t_p3 = run_persist<3, true>(c, done, st, &g3);
-    compare("persist 3", ref, outputs(c));
+    compare("persist 3", ref, outputs(c, N_OPS));
     const double t_pe = run_persist<2, false>(c, done, st, &ge);
-    poison(c);
+    poison(c, N_OPS);
     const double t_ah = run_ahead(c, done, st, &ga);
-    compare("run-ahead", ref, outputs(c));
+    compare("run-ahead", ref, outputs(c, N_OPS));
 
     const double floor_us = (double)c.bytes / bw * 1e6;
     printf("chain: %d ops (%d layers of in 12288x4096, out 4096x4096, gate + up 2 x 12288x4096, down 4096x12288), "

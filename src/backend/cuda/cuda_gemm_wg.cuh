@@ -231,9 +231,11 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
         }
 }
 
-/* The tensor map of a row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of 64 x box_rows, 128-byte
- * swizzle, zeros outside. The encoder is the driver's, found through the runtime (no link to libcuda). */
-static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64_t rows, int64_t K, int box_rows) {
+/* The tensor map of a row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of box_k x box_rows (64: one
+ * 128-byte swizzle row, the GEMM's), in the swizzle sw, zeros outside. The encoder is the driver's, found through the
+ * runtime (no link to libcuda). */
+static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64_t rows, int64_t K, int box_rows,
+                                 int box_k = WG_BK, CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode; /* racing first callers store the same pointer */
     if (!encode) {
         cudaDriverEntryPointQueryResult q;
@@ -243,9 +245,9 @@ static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64
         if (q != cudaDriverEntryPointSuccess || !encode) return cudaErrorSymbolNotFound;
     }
     const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box[2] = {WG_BK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    const cuuint32_t box[2] = {(cuuint32_t)box_k, (cuuint32_t)box_rows}, estr[2] = {1, 1};
     const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)g, dims, strides, box, estr,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }

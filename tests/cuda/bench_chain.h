@@ -1,0 +1,120 @@
+/* bench_chain.h: what the chain benches (bench_persist.cu, bench_ws.cu) share: the start of main and the chain's
+ * input, its outputs read back (in op order) and poisoned, the median of REPS event-timed runs (after one more), the
+ * bitwise comparison of a mode's outputs with the stream's, the stream's and a graph's runs, and the copy bandwidth
+ * (read + write) that the floors divide by. A chain type C has W[n][2] (qweight), count[n] (weights an op) and
+ * y[n][2] (their outputs). Include after cuda_gemv.cuh and bench_weights.h. */
+#ifndef QUILL_BENCH_CHAIN_H
+#define QUILL_BENCH_CHAIN_H
+
+#include <math.h>
+
+#define REPS 20
+
+__global__ void fill_x(float *p, int n, uint32_t seed) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) p[i] = (float)(hash32((uint64_t)i, seed) >> 8) * (2.0f / 16777216.0f) - 1.0f;
+}
+
+/* The bench's start: the decode matmul's kernel attributes (gemv_tc_init: include cuda_gemv.cuh first), a stream, and
+ * the chain's input x0 (4,096 values in [-1, 1)). */
+static float *chain_start(cudaStream_t *st) {
+    CK(gemv_tc_init());
+    CK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
+    float *x0;
+    CK(cudaMalloc(&x0, 4096 * sizeof(float)));
+    fill_x<<<16, 256>>>(x0, 4096, 7u);
+    CK(cudaGetLastError());
+    return x0;
+}
+
+template <typename C> static std::vector<float> outputs(const C &c, int n_ops) {
+    CK(cudaDeviceSynchronize());
+    std::vector<float> all;
+    for (int i = 0; i < n_ops; i++)
+        for (int j = 0; j < c.count[i]; j++) {
+            std::vector<float> h((size_t)c.W[i][j].n_out);
+            CK(cudaMemcpy(h.data(), c.y[i][j], h.size() * 4, cudaMemcpyDeviceToHost));
+            all.insert(all.end(), h.begin(), h.end());
+        }
+    return all;
+}
+template <typename C> static void poison(const C &c, int n_ops) {
+    for (int i = 0; i < n_ops; i++)
+        for (int j = 0; j < c.count[i]; j++) CK(cudaMemset(c.y[i][j], 0xff, (size_t)c.W[i][j].n_out * 4));
+}
+
+template <typename F> static double time_median(cudaStream_t st, F issue) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<float> ms;
+    for (int r = 0; r < REPS + 1; r++) {
+        CK(cudaEventRecord(a, st));
+        issue();
+        CK(cudaEventRecord(b, st));
+        CK(cudaEventSynchronize(b));
+        float t;
+        CK(cudaEventElapsedTime(&t, a, b));
+        if (r) ms.push_back(t);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2] * 1e3;
+}
+
+static int n_fail;
+static void compare(const char *mode, const std::vector<float> &ref, const std::vector<float> &got) {
+    size_t bad = 0, nonfinite = 0;
+    for (size_t i = 0; i < ref.size(); i++) {
+        bad += memcmp(&ref[i], &got[i], 4) != 0;
+        nonfinite += !isfinite(got[i]);
+    }
+    if (bad || nonfinite) {
+        printf("FAIL %s: %zu of %zu outputs differ from the stream's, %zu not finite\n", mode, bad, ref.size(),
+               nonfinite);
+        n_fail++;
+    }
+}
+/* The stream's own outputs must at least be finite. */
+static void check_finite(const std::vector<float> &ref) {
+    size_t nonfinite = 0;
+    for (float v : ref) nonfinite += !isfinite(v);
+    if (nonfinite) { printf("FAIL stream: %zu outputs not finite\n", nonfinite); n_fail++; }
+}
+
+/* The stream's outputs (poisoned first, then run once: *ref), its time, and a graph of its launches captured once:
+ * its outputs must be the stream's, and its time. run() issues the stream's launches on st. */
+template <typename C, typename R>
+static void stream_and_graph(const C &c, int n_ops, cudaStream_t st, R run, std::vector<float> *ref, double *t_stream,
+                             double *t_graph) {
+    poison(c, n_ops);
+    run();
+    *ref = outputs(c, n_ops);
+    check_finite(*ref);
+    *t_stream = time_median(st, run);
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    run();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    poison(c, n_ops);
+    CK(cudaGraphLaunch(exec, st));
+    compare("graph", *ref, outputs(c, n_ops));
+    *t_graph = time_median(st, [&] { CK(cudaGraphLaunch(exec, st)); });
+}
+
+/* Bytes a second of a 1 GiB device-to-device copy, read + write. */
+static double copy_bandwidth(cudaStream_t st) {
+    const size_t cb = (size_t)1 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, cb));
+    CK(cudaMalloc(&b, cb));
+    const double copy_us = time_median(st, [&] { CK(cudaMemcpyAsync(b, a, cb, cudaMemcpyDeviceToDevice, st)); });
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    return 2.0 * (double)cb / (copy_us * 1e-6);
+}
+
+#endif

@@ -1,0 +1,451 @@
+/* bench_ws.cu: a persistent decode matmul chain with a loader warp (warp specialisation), against the decode path's
+ * launches, on a chain of dependent one-row bf16 matmuls with the 9B's layer shapes (per layer in_proj 12288x4096,
+ * out 4096x4096, gate + up 2 x 12288x4096 in one op, down 4096x12288; each op's x the op before's first output;
+ * every layer its own weights, 3.5 GB in all, so L2 keeps none).
+ *
+ * The question (docs/performance.md, nineteenth and thirty-fifth passes): a launch's next op cannot load weights
+ * until the op before's blocks leave the SMs, though the weights depend on nothing. Here one block an SM runs for
+ * the whole chain:
+ *   - a loader warp whose lane c feeds consumer warp c: the weights of each of c's work items, chunk after chunk,
+ *     into c's ring of WS_NST slots in shared memory (tensor copies of 16 rows, or with WS_TMA=0 a bulk copy a
+ *     row; counted on an mbarrier), as soon as a slot is free, whatever op the item belongs to;
+ *   - WS_CW consumer warps. An item is the decode kernel's warp's share: 16 outputs of one weight over one K slice
+ *     (gemv_tc_split's); consumer warp cw takes items [cw per, (cw + 1) per) of each op in turn, all of one
+ *     slice. For its first item of an op the warp waits for the flags of the output groups its slice reads (set by
+ *     the op before's finishing warps: no grid barrier) and makes its B fragments from x (gt_stage's values, one
+ *     row); each unit is gt_unit's two MMAs on A fragments read from the slots. The slice's partial goes out with a
+ *     ticket; the warp that takes the last adds the S partials in slice order (gt_finish's sum) and raises the
+ *     group's flag.
+ * So every output must be bitwise the decode path's (checked after the timed runs; a missed ordering across SMs
+ * would read the run before's equal values, so the check catches wrong arithmetic and shared-memory races only).
+ * Prints one table: us per chain and per op against the chain's weight bytes over the copy bandwidth measured
+ * here. Built and run by bench_ws.sh. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_gemm_wg.cuh" /* wg_bar_*: the mbarriers; wg_map: the tensor maps */
+#include "backend/cuda/cuda_gemv.cuh"
+#include "bench_check.h"
+#include "bench_weights.h"
+#include "bench_chain.h"
+
+#define LAYERS 8
+#define OPS_PER_LAYER 4
+#define N_OPS (LAYERS * OPS_PER_LAYER)
+
+/* The geometry (thirty-fifth pass: 8 consumer warps with rings of 2 slots of 8 units were the fastest measured) */
+#ifndef WS_CW
+#define WS_CW 8 /* consumer warps a block */
+#endif
+#ifndef WS_NST
+#define WS_NST 2 /* slots of a consumer's ring */
+#endif
+#ifndef WS_CH
+#define WS_CH 8 /* bf16 units (32 values, 64 bytes a row) a slot */
+#endif
+#ifndef WS_TMA
+#define WS_TMA 1 /* 1: a slot is WS_CH / WS_BOXU tensor copies of 16 rows; 0: a bulk copy a row */
+#endif
+/* A slot is boxes of 16 rows x WS_BOXU units. Tensor copies: dense rows (a box is at most 256 values wide), so the
+ * 16-byte loads of rows g and g + 1 by a lane quad meet in the same banks (2 ways). Row copies: a row is padded to
+ * 4 mod 8 times 16 bytes, so they do not. */
+#define WS_BOXU (WS_TMA && WS_CH > 8 ? 8 : WS_CH)
+#define WS_ROW (WS_BOXU * 64 + (WS_TMA ? 0 : 64))
+#define WS_BOX (16 * WS_ROW)
+#define WS_SLOT (WS_CH / WS_BOXU * WS_BOX)
+#define WS_MAX_US 48                  /* units of the longest slice (down: 4096x12288, 8 slices of 48) */
+#define WS_XF (WS_MAX_US * 8 * 16)    /* a warp's B fragments: 8 lanes (hi, lo x 4) of 16 bytes a unit */
+#define WS_SMEM (WS_CW * (WS_NST * WS_SLOT + WS_XF) + 128)
+#define WS_PIECES (WS_MAX_US * 4 / 32) /* x pieces (8 values) a lane stages at most */
+#ifndef WS_SLEEP
+#define WS_SLEEP 0 /* ns a poller sleeps between polls of the flags or of a full ring (0: it spins) */
+#endif
+/* 1: each consumer lane orders its ld.shared reads of a slot before the tensor copy that refills it (generic proxy
+ * before async proxy) with a proxy fence: the untested hypothesis for the 12-consumer race (thirty-fifth pass). */
+#ifndef WS_PROXY_FENCE
+#define WS_PROXY_FENCE 0
+#endif
+__device__ __forceinline__ void ws_pause(void) {
+    if (WS_SLEEP) __nanosleep(WS_SLEEP);
+}
+
+/* ---- the ops ------------------------------------------------------------------------------------------- */
+struct ws_w {
+    CUtensorMap map;        /* the rows in boxes of 16 x WS_BOXU units (WS_TMA) */
+    const unsigned char *w; /* bf16 rows */
+    float *y, *part;        /* part: S x n_out */
+    unsigned *tick, *ready; /* per output group of 16 */
+    int n_out, K, S, U, items;
+};
+struct ws_op {
+    ws_w w[2];
+    int count, items, per; /* consumer warp cw takes items [cw per, (cw + 1) per): one slice (the host checks) */
+    const float *x;
+    const unsigned *x_ready; /* the flags of x's output groups (the op before's first weight), NULL: ready */
+};
+struct ws_chain {
+    ws_op op[N_OPS];
+};
+struct ws_item {
+    int w, og, s, ub, us;
+};
+__device__ __forceinline__ ws_item ws_locate(const ws_op &op, int j) {
+    ws_item it;
+    it.w = op.count > 1 && j >= op.w[0].items;
+    const ws_w &W = it.w ? op.w[1] : op.w[0];
+    const int local = j - (it.w ? op.w[0].items : 0), groups = W.n_out / 16;
+    it.og = local % groups, it.s = local / groups;
+    it.ub = (int)((unsigned)(it.s * W.U) / (unsigned)W.S); /* gt_locate's slice */
+    it.us = (int)((unsigned)((it.s + 1) * W.U) / (unsigned)W.S) - it.ub;
+    return it;
+}
+
+/* ---- the loader's slot test, bulk copies, flags (the mbarriers' init, arrive, expect, wait: cuda_gemm_wg.cuh) --- */
+__device__ __forceinline__ bool ws_test(uint32_t bar, uint32_t parity) { /* no wait */
+    uint32_t done;
+    asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return done;
+}
+__device__ __forceinline__ void ws_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ unsigned ws_ld_relaxed(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void ws_st_release(unsigned *p, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+/* ---- the kernel ---------------------------------------------------------------------------------------- */
+/* Lane c of the loader warp: consumer c's chunks in the order c takes them (op, item, chunk), each into the
+ * next slot of c's ring once the consumer has freed it. */
+__device__ __forceinline__ void ws_load(const ws_chain &ch, int c, unsigned char *slots, uint32_t full,
+                                        uint32_t empty) {
+    const int cw = blockIdx.x * WS_CW + c;
+    int i = 0, j = 0, k = 0;
+    const auto first = [&] { /* the first op from i on that gives this warp items */
+        for (; i < N_OPS; i++)
+            if ((j = cw * ch.op[i].per) < ch.op[i].items) return;
+    };
+    first();
+    ws_item it = ws_locate(ch.op[i < N_OPS ? i : 0], j);
+    for (unsigned n = 0; i < N_OPS;) {
+        const int slot = (int)(n % WS_NST);
+        if (n >= WS_NST && !ws_test(empty + 8 * (c * WS_NST + slot), (n / WS_NST - 1) & 1)) {
+            ws_pause();
+            continue;
+        }
+        const ws_w &W = it.w ? ch.op[i].w[1] : ch.op[i].w[0];
+        const uint32_t bar = full + 8 * (c * WS_NST + slot);
+        const uint32_t dst = (uint32_t)__cvta_generic_to_shared(slots + (size_t)(c * WS_NST + slot) * WS_SLOT);
+        wg_bar_expect(bar, 16 * WS_CH * 64);
+#if WS_TMA
+#pragma unroll
+        for (int b = 0; b < WS_CH / WS_BOXU; b++)
+            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                         " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst + b * WS_BOX),
+                         "l"((uint64_t)&W.map), "r"((it.ub + k * WS_CH + b * WS_BOXU) * 32), "r"(it.og * 16), "r"(bar)
+                         : "memory");
+#else
+        const unsigned char *src = W.w + ((size_t)it.og * 16 * W.K + (size_t)(it.ub + k * WS_CH) * 32) * 2;
+#pragma unroll 4
+        for (int r = 0; r < 16; r++) ws_copy(dst + r * WS_ROW, src + (size_t)r * W.K * 2, WS_CH * 64, bar);
+#endif
+        n++;
+        if (++k == it.us / WS_CH) {
+            k = 0;
+            if (++j >= min(ch.op[i].items, (cw + 1) * ch.op[i].per)) i++, first();
+            if (i < N_OPS) it = ws_locate(ch.op[i], j);
+        }
+    }
+}
+
+/* A consumer's B fragments of a slice of x (its units ub .. ub + us of the op's input). */
+__device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, uint4 *xf, int lane) {
+    /* x of the slice as B fragments (gt_stage, one row: hi in lanes g = 0, lo in g = 1): each lane polls the
+     * flags of the output groups its own pieces lie in, all together, until they are up; then its acquire
+     * fence and its loads, all out at once */
+    const int np = it.us * 4; /* pieces of 8 values, at most WS_PIECES a lane */
+    if (op.x_ready) {
+        const unsigned *f = op.x_ready + it.ub * 2; /* 2 groups of 16 a unit, a piece half a group */
+        for (;;) {
+            bool up = true;
+#pragma unroll
+            for (int q = 0; q < WS_PIECES; q++)
+                if (lane + 32 * q < np) up &= ws_ld_relaxed(f + (lane + 32 * q) / 2) != 0u;
+            if (up) break;
+            ws_pause();
+        }
+        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    }
+    float4 xa[WS_PIECES], xb[WS_PIECES];
+#pragma unroll
+    for (int q = 0; q < WS_PIECES; q++) {
+        const int k = it.ub * 32 + (lane + 32 * q) * 8;
+        if (lane + 32 * q < np)
+            xa[q] = __ldcg((const float4 *)(op.x + k)), xb[q] = __ldcg((const float4 *)(op.x + k + 4));
+    }
+#pragma unroll
+    for (int q = 0; q < WS_PIECES; q++) {
+        const int p = lane + 32 * q;
+        if (p >= np) break;
+        const float v[8] = {xa[q].x, xa[q].y, xa[q].z, xa[q].w, xb[q].x, xb[q].y, xb[q].z, xb[q].w};
+        float h[8];
+#pragma unroll
+        for (int e = 0; e < 8; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            hi[e] = cu_pack_bf16x2(gt_part(v, h, 2 * e, 0), gt_part(v, h, 2 * e + 1, 0));
+            lo[e] = cu_pack_bf16x2(gt_part(v, h, 2 * e, 1), gt_part(v, h, 2 * e + 1, 1));
+        }
+        xf[(p >> 2) * 8 + (p & 3)] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        xf[(p >> 2) * 8 + 4 + (p & 3)] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+    __syncwarp();
+}
+
+/* Consumer warp c: its items of each op in turn. */
+__device__ __forceinline__ void ws_consume(const ws_chain &ch, int c, const unsigned char *slots, uint4 *xf,
+                                           uint32_t full, uint32_t empty) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int cw = blockIdx.x * WS_CW + c;
+    unsigned n = 0;
+    for (int i = 0; i < N_OPS; i++) {
+        const ws_op &op = ch.op[i];
+        int staged = -1; /* the slice (weight, s) whose x is in xf */
+        for (int j = cw * op.per; j < min(op.items, (cw + 1) * op.per); j++) {
+            const ws_item it = ws_locate(op, j);
+            const ws_w &W = it.w ? op.w[1] : op.w[0];
+            if (it.w * 64 + it.s != staged) { /* a new slice (once an op: a warp's items share one) */
+                ws_stage_x(op, it, xf, lane);
+                staged = it.w * 64 + it.s;
+            }
+            float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            for (int cc = 0; cc < it.us / WS_CH; cc++, n++) {
+                const int slot = (int)(n % WS_NST);
+                wg_bar_wait(full + 8 * (c * WS_NST + slot), (n / WS_NST) & 1);
+                const unsigned char *sl = slots + (size_t)(c * WS_NST + slot) * WS_SLOT + t * 16;
+#pragma unroll
+                for (int u = 0; u < WS_CH; u++) {
+                    const unsigned char *bu = sl + u / WS_BOXU * WS_BOX + u % WS_BOXU * 64;
+                    const uint4 A = *(const uint4 *)(bu + g * WS_ROW), A8 = *(const uint4 *)(bu + (g + 8) * WS_ROW);
+                    const uint4 f = g < 2 ? xf[(cc * WS_CH + u) * 8 + lane] : make_uint4(0u, 0u, 0u, 0u);
+                    gt_mma(acc, A.x, A8.x, A.y, A8.y, f.x, f.y);
+                    gt_mma(acc, A.z, A8.z, A.w, A8.w, f.z, f.w);
+                }
+                if (WS_PROXY_FENCE) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                __syncwarp();
+                if (lane == 0) wg_bar_arrive(empty + 8 * (c * WS_NST + slot));
+            }
+            /* the finish: row 0 is column pair t = 0 (gt_finish's v0 = acc0 + acc1, v1 = acc2 + acc3) */
+            const int o = it.og * 16 + g;
+            if (W.S == 1) {
+                if (t == 0) W.y[o] = acc[0] + acc[1], W.y[o + 8] = acc[2] + acc[3];
+                __syncwarp();
+                if (lane == 0) ws_st_release(W.ready + it.og, 1u);
+                continue;
+            }
+            if (t == 0) {
+                W.part[(size_t)it.s * W.n_out + o] = acc[0] + acc[1];
+                W.part[(size_t)it.s * W.n_out + o + 8] = acc[2] + acc[3];
+            }
+            __syncwarp();
+            unsigned last = 0;
+            if (lane == 0) last = cu_ticket_take(W.tick + it.og) == (unsigned)(W.S - 1);
+            last = __shfl_sync(0xffffffffu, last, 0);
+            __syncwarp();
+            if (!last) continue;
+            if (lane < 16) { /* gt_sum_slices: slice 0, then + slice s in order, after lane 0's acquire */
+                asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+                const float *pp = W.part + it.og * 16 + lane;
+                float sum = __ldcg(pp);
+                for (int s = 1; s < W.S; s++) sum += __ldcg(pp + (size_t)s * W.n_out);
+                W.y[it.og * 16 + lane] = sum;
+            }
+            __syncwarp();
+            if (lane == 0) ws_st_release(W.ready + it.og, 1u);
+        }
+    }
+}
+
+__global__ void __launch_bounds__((WS_CW + 1) * 32, 1) ws_kernel(const __grid_constant__ ws_chain ch) {
+    extern __shared__ __align__(128) unsigned char ws_smem[];
+    __shared__ __align__(8) unsigned long long bars[2 * WS_CW * WS_NST];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const uint32_t full = (uint32_t)__cvta_generic_to_shared(bars), empty = full + 8 * WS_CW * WS_NST;
+    if (threadIdx.x < WS_CW * WS_NST) wg_bar_init(full + 8 * threadIdx.x, 1), wg_bar_init(empty + 8 * threadIdx.x, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    __syncthreads();
+    unsigned char *slots = ws_smem + (-(uint32_t)__cvta_generic_to_shared(ws_smem) & 127u); /* tensor copies: 128 B */
+    uint4 *xf = (uint4 *)(slots + (size_t)WS_CW * WS_NST * WS_SLOT);
+    if (warp == WS_CW) {
+        if (lane < WS_CW) ws_load(ch, lane, slots, full, empty);
+        return;
+    }
+    ws_consume(ch, warp, slots, xf + (size_t)warp * WS_MAX_US * 8, full, empty);
+}
+
+/* ---- the chain --------------------------------------------------------------------------------------------- */
+struct chain {
+    qweight W[N_OPS][2];
+    int count[N_OPS];
+    float *y[N_OPS][2], *part[N_OPS][2];
+    unsigned *tick[N_OPS][2];                 /* the stream's tickets */
+    unsigned *ws_tick[N_OPS][2], *ready[N_OPS][2]; /* ws_kernel's, a group each, in one pool zeroed before a run */
+    unsigned *pool;
+    size_t pool_n;
+    const float *x[N_OPS];
+    size_t bytes;
+};
+
+static void build(chain &c, const float *x0) {
+    memset(&c, 0, sizeof c);
+    const int64_t shape[OPS_PER_LAYER][2] = {{12288, 4096}, {4096, 4096}, {12288, 4096}, {4096, 12288}};
+    for (int l = 0; l < LAYERS; l++) {
+        const int o = l * OPS_PER_LAYER;
+        for (int k = 0; k < OPS_PER_LAYER; k++) {
+            c.count[o + k] = k == 2 ? 2 : 1;
+            for (int j = 0; j < c.count[o + k]; j++) {
+                const int64_t n_out = shape[k][0], K = shape[k][1];
+                qweight q = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0};
+                CK(cudaMalloc(&q.w, (size_t)(n_out * K) * 2));
+                /* |y| ~ |x|: uniform weights of scale 1.7 / sqrt(K) keep 32 ops in a row finite */
+                fill_bf16<<<2048, 256>>>((__nv_bfloat16 *)q.w, (size_t)(n_out * K),
+                                         1000u * (l + 1) + 10 * k + 5 * j, 0.0f, 1.7f / sqrtf((float)K));
+                CK(cudaGetLastError());
+                c.W[o + k][j] = q;
+                c.bytes += (size_t)(n_out * K) * 2;
+                const size_t groups = (size_t)n_out / 16;
+                CK(cudaMalloc(&c.y[o + k][j], (size_t)n_out * sizeof(float)));
+                CK(cudaMalloc(&c.part[o + k][j], std::max<size_t>(gemv_tc_part_floats(&q, 1), 16 * n_out) * 4));
+                CK(cudaMalloc(&c.tick[o + k][j], gemv_tc_ticks(&q, 1, 1, 0) * 4));
+                CK(cudaMemset(c.tick[o + k][j], 0, gemv_tc_ticks(&q, 1, 1, 0) * 4));
+                c.pool_n += 2 * groups;
+            }
+        }
+        c.x[o] = l ? c.y[o - 1][0] : x0; /* in_proj: the layer before's down */
+        c.x[o + 1] = c.y[o][0];          /* out: in_proj's first 4096 */
+        c.x[o + 2] = c.y[o + 1][0];      /* gate + up: out */
+        c.x[o + 3] = c.y[o + 2][0];      /* down: gate */
+    }
+    CK(cudaMalloc(&c.pool, c.pool_n * 4));
+    size_t at = 0;
+    for (int i = 0; i < N_OPS; i++)
+        for (int j = 0; j < c.count[i]; j++) {
+            const size_t groups = (size_t)c.W[i][j].n_out / 16;
+            c.ws_tick[i][j] = c.pool + at, c.ready[i][j] = c.pool + at + groups;
+            at += 2 * groups;
+        }
+    CK(cudaDeviceSynchronize());
+}
+
+static void run_stream(const chain &c, cudaStream_t st) {
+    for (int i = 0; i < N_OPS; i++) {
+        const qweight *W[2] = {&c.W[i][0], &c.W[i][1]};
+        float *part[2] = {c.part[i][0], c.part[i][1]};
+        unsigned *tick[2] = {c.tick[i][0], c.tick[i][1]};
+        CK(gemv_tc_launch_multi(0, c.x[i], 1, c.count[i], W, c.y[i], part, tick, NULL, st));
+    }
+}
+
+/* The chain as the kernel's parameters; exits where a slice is one the kernel does not take. */
+static void fill_ws(const chain &c, ws_chain &ch) {
+    memset(&ch, 0, sizeof ch);
+    for (int i = 0; i < N_OPS; i++) {
+        ws_op &op = ch.op[i];
+        op.count = c.count[i], op.x = c.x[i], op.x_ready = i ? c.ready[i - 1][0] : NULL;
+        for (int j = 0; j < c.count[i]; j++) {
+            const qweight &q = c.W[i][j];
+            ws_w &w = op.w[j];
+            w.w = (const unsigned char *)q.w, w.y = c.y[i][j], w.part = c.part[i][j], w.tick = c.ws_tick[i][j];
+            w.ready = c.ready[i][j], w.n_out = (int)q.n_out, w.K = (int)q.n_in, w.S = gemv_tc_split(&q, 0);
+            w.U = w.K / 32, w.items = w.n_out / 16 * w.S;
+            if (wg_map(&w.map, (const __nv_bfloat16 *)q.w, q.n_out, q.n_in, 16, WS_BOXU * 32,
+                       CU_TENSOR_MAP_SWIZZLE_NONE) != cudaSuccess) {
+                fprintf(stderr, "op %d: the tensor map failed\n", i);
+                exit(2);
+            }
+            if (w.U % w.S || (w.U / w.S) % WS_CH || w.U / w.S > WS_MAX_US) {
+                fprintf(stderr, "op %d: slices of %d units the kernel does not take\n", i, w.U / w.S);
+                exit(2);
+            }
+            op.items += w.items;
+        }
+        const int NW = gt_sms() * WS_CW;
+        op.per = (op.items + NW - 1) / NW;
+        for (int j = 0; j < c.count[i]; j++) /* a warp's items one slice: per divides each slice's items */
+            if ((op.w[j].items / op.w[j].S) % op.per) {
+                fprintf(stderr, "op %d: %d items a warp cross slices\n", i, op.per);
+                exit(2);
+            }
+    }
+}
+
+static double run_ws(const chain &c, cudaStream_t st, bool *fits) {
+    static ws_chain ch;
+    fill_ws(c, ch);
+    CK(cudaFuncSetAttribute(ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WS_SMEM));
+    int fit = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, ws_kernel, (WS_CW + 1) * 32, WS_SMEM));
+    *fits = fit >= 1;
+    if (!*fits) return 0;
+    const unsigned grid = (unsigned)gt_sms();
+    return time_median(st, [&] {
+        CK(cudaMemsetAsync(c.pool, 0, c.pool_n * 4, st));
+        ws_kernel<<<grid, (WS_CW + 1) * 32, WS_SMEM, st>>>(ch);
+        CK(cudaGetLastError());
+    });
+}
+/* The flags' and tickets' reset alone (what run_ws times besides the kernel). */
+static double run_resets(const chain &c, cudaStream_t st) {
+    return time_median(st, [&] { CK(cudaMemsetAsync(c.pool, 0, c.pool_n * 4, st)); });
+}
+
+int main(void) {
+    cudaStream_t st;
+    float *x0 = chain_start(&st);
+    static chain c;
+    build(c, x0);
+
+    const double bw = copy_bandwidth(st);
+
+    std::vector<float> ref;
+    double t_stream, t_graph;
+    stream_and_graph(c, N_OPS, st, [&] { run_stream(c, st); }, &ref, &t_stream, &t_graph);
+
+    poison(c, N_OPS);
+    bool fits = false;
+    const double t_ws = run_ws(c, st, &fits);
+    if (!fits) { printf("FAIL ws_kernel: %d bytes of shared memory do not fit an SM\n", WS_SMEM); n_fail++; }
+    else compare("ws", ref, outputs(c, N_OPS));
+    const double t_reset = run_resets(c, st);
+
+    const double floor_us = (double)c.bytes / bw * 1e6;
+    printf("chain: %d ops (%d layers of in 12288x4096, out 4096x4096, gate + up 2 x 12288x4096, down 4096x12288), "
+           "bf16, one row; %.1f MB of weights; copy bandwidth %.0f GB/s: floor %.1f us\n",
+           N_OPS, LAYERS, c.bytes / 1e6, bw / 1e9, floor_us);
+    printf("| mode | us a chain | us an op | floor / time |\n|---|---|---|---|\n");
+    printf("| stream (the decode path's programmatic launches) | %.1f | %.2f | %.3f |\n", t_stream, t_stream / N_OPS,
+           floor_us / t_stream);
+    printf("| graph of the launches | %.1f | %.2f | %.3f |\n", t_graph, t_graph / N_OPS, floor_us / t_graph);
+    printf("| loader warps: %d consumer warps an SM, rings of %d slots of %d units (%d bytes), %s, polls %d ns apart "
+           "| %.1f | %.2f | %.3f |\n", WS_CW, WS_NST, WS_CH, WS_SMEM, WS_TMA ? "tensor copies" : "a bulk copy a row",
+           WS_SLEEP, t_ws, t_ws / N_OPS,
+           floor_us / t_ws);
+    printf("| (of which the flags' and tickets' resets before the kernel) | %.1f | | |\n", t_reset);
+    printf(n_fail ? "bench_ws: %d checks FAILED\n" : "bench_ws: every output bitwise the stream's\n", n_fail);
+    return n_fail ? 1 : 0;
+}
