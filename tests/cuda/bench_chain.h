@@ -1,8 +1,8 @@
 /* bench_chain.h: what the chain benches (bench_persist.cu, bench_ws.cu) share: the start of main and the chain's
- * input, its outputs read back (in op order) and poisoned, the median of REPS event-timed runs (after one more), the
- * bitwise comparison of a mode's outputs with the stream's, the stream's and a graph's runs, and the copy bandwidth
- * (read + write) that the floors divide by. A chain type C has W[n][2] (qweight), count[n] (weights an op) and
- * y[n][2] (their outputs). Include after cuda_gemv.cuh and bench_weights.h. */
+ * input, a relaxed flag load, its outputs read back (in op order) and poisoned, the median of REPS event-timed runs
+ * (after one more), the bitwise comparison of a mode's outputs with the stream's, the stream's and a graph's runs, and
+ * the copy bandwidth (read + write) that the floors divide by. A chain type C has W[n][2] (qweight), count[n]
+ * (weights an op) and y[n][2] (their outputs). Include after cuda_gemv.cuh and bench_weights.h. */
 #ifndef QUILL_BENCH_CHAIN_H
 #define QUILL_BENCH_CHAIN_H
 
@@ -25,6 +25,13 @@ static float *chain_start(cudaStream_t *st) {
     fill_x<<<16, 256>>>(x0, 4096, 7u);
     CK(cudaGetLastError());
     return x0;
+}
+
+/* A flag another block raises, read without ordering (the reader fences once it has seen it up). */
+__device__ __forceinline__ unsigned ld_relaxed_gpu(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
 }
 
 template <typename C> static std::vector<float> outputs(const C &c, int n_ops) {

@@ -43,10 +43,7 @@ struct pk_op {
  * acquire to the others). */
 __device__ __forceinline__ void pk_wait(const unsigned *c, unsigned target) {
     if (threadIdx.x == 0) {
-        unsigned v;
-        for (;;) {
-            asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(c) : "memory");
-            if (v >= target) break;
+        while (ld_relaxed_gpu(c) < target) {
         }
         asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
     }

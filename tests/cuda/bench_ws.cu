@@ -28,7 +28,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backend/cuda/cuda_gemm_wg.cuh" /* wg_bar_*: the mbarriers; wg_map: the tensor maps */
+#include "backend/cuda/cuda_gemm_wg.cuh" /* wg_bar_*: the mbarriers; wg_map, wg_tma_load: the tensor copies */
 #include "backend/cuda/cuda_gemv.cuh"
 #include "bench_check.h"
 #include "bench_weights.h"
@@ -60,7 +60,7 @@
 #define WS_SLOT (WS_CH / WS_BOXU * WS_BOX)
 #define WS_MAX_US 48                  /* units of the longest slice (down: 4096x12288, 8 slices of 48) */
 #define WS_XF (WS_MAX_US * 8 * 16)    /* a warp's B fragments: 8 lanes (hi, lo x 4) of 16 bytes a unit */
-#define WS_SMEM (WS_CW * (WS_NST * WS_SLOT + WS_XF) + 128)
+#define WS_SMEM (WS_CW * (WS_NST * WS_SLOT + WS_XF))
 #define WS_PIECES (WS_MAX_US * 4 / 32) /* x pieces (8 values) a lane stages at most */
 #ifndef WS_SLEEP
 #define WS_SLEEP 0 /* ns a poller sleeps between polls of the flags or of a full ring (0: it spins) */
@@ -123,11 +123,6 @@ __device__ __forceinline__ void ws_copy(uint32_t dst, const void *src, uint32_t 
                  "l"(src), "r"(bytes), "r"(bar)
                  : "memory");
 }
-__device__ __forceinline__ unsigned ws_ld_relaxed(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
 __device__ __forceinline__ void ws_st_release(unsigned *p, unsigned v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
@@ -158,10 +153,7 @@ __device__ __forceinline__ void ws_load(const ws_chain &ch, int c, unsigned char
 #if WS_TMA
 #pragma unroll
         for (int b = 0; b < WS_CH / WS_BOXU; b++)
-            asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                         " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst + b * WS_BOX),
-                         "l"((uint64_t)&W.map), "r"((it.ub + k * WS_CH + b * WS_BOXU) * 32), "r"(it.og * 16), "r"(bar)
-                         : "memory");
+            wg_tma_load(dst + b * WS_BOX, &W.map, (it.ub + k * WS_CH + b * WS_BOXU) * 32, it.og * 16, bar);
 #else
         const unsigned char *src = W.w + ((size_t)it.og * 16 * W.K + (size_t)(it.ub + k * WS_CH) * 32) * 2;
 #pragma unroll 4
@@ -188,7 +180,7 @@ __device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, u
             bool up = true;
 #pragma unroll
             for (int q = 0; q < WS_PIECES; q++)
-                if (lane + 32 * q < np) up &= ws_ld_relaxed(f + (lane + 32 * q) / 2) != 0u;
+                if (lane + 32 * q < np) up &= ld_relaxed_gpu(f + (lane + 32 * q) / 2) != 0u;
             if (up) break;
             ws_pause();
         }
@@ -294,7 +286,7 @@ __global__ void __launch_bounds__((WS_CW + 1) * 32, 1) ws_kernel(const __grid_co
     if (threadIdx.x < WS_CW * WS_NST) wg_bar_init(full + 8 * threadIdx.x, 1), wg_bar_init(empty + 8 * threadIdx.x, 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     __syncthreads();
-    unsigned char *slots = ws_smem + (-(uint32_t)__cvta_generic_to_shared(ws_smem) & 127u); /* tensor copies: 128 B */
+    unsigned char *slots = ws_smem; /* 128-byte aligned, as tensor copies want */
     uint4 *xf = (uint4 *)(slots + (size_t)WS_CW * WS_NST * WS_SLOT);
     if (warp == WS_CW) {
         if (lane < WS_CW) ws_load(ch, lane, slots, full, empty);
