@@ -80,7 +80,8 @@ template <bool CONV> __device__ __forceinline__ seq_desc2 gdn_seq_at(const cu_ta
  * q and k, thread i channel i; its 32 v columns, in every warp) and the gates of its head, as conv1d_silu_gates
  * would, so the values are bitwise theirs. The v state is read and written by its one block; a k head's q and k
  * states are read by all (Hv / Hk) x (dv / 32) blocks of its heads, and the last of them to take the ticket (after
- * every one has read them) writes them. */
+ * every one has read them) writes them. The ticket goes out as soon as the block's threads have used the windows they
+ * read (the first token's conv), so its round trip overlaps the rule (docs/performance.md, thirty-sixth pass). */
 /* ROWS: the gated norm's rows for out_proj as each token's outputs are made (cuda_gdn_rows.cuh; dv = 128, the grid's
  * x the B blocks of a head, one cluster). */
 template <bool CONV, bool SB, int CP = 1, bool ROWS = false>
@@ -147,6 +148,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     const int64_t cq = (int64_t)hk * d.k_dim + threadIdx.x, ck = cq + (int64_t)d.n_k_heads * d.k_dim;
     const int64_t cvj = 2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + (col ? j : 0);
     gdn_conv_ch wq, wk, wv;
+    unsigned ticket = 0; /* CONV, thread 0: the readers of this k head's q and k states before this block */
     if constexpr (CONV) { /* the states and weights (before the wait where early) */
         wq.load(sd.conv, cv.w, width, cq), wk.load(sd.conv, cv.w, width, ck), wv.load(sd.conv, cv.w, width, cvj);
         if (early) cu_pdl_enter();
@@ -159,6 +161,8 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         else
             for (int i = threadIdx.x; i < d.k_dim; i += blockDim.x) sq[i] = qh[i], sk[i] = kh[i];
         __syncthreads();
+        if (CONV && t == 0 && threadIdx.x == 0) /* every thread has used the q and k windows it read */
+            ticket = cu_ticket_arrive(cv.tick + (int64_t)blockIdx.z * d.n_k_heads + hk);
         float qq = 0.0f, kk = 0.0f, kq = 0.0f; /* every warp: the same fixed-order sums */
         for (int c = 0; c < n_warps; c++) {
             const float a = sq[lane + 32 * c], b = sk[lane + 32 * c];
@@ -257,11 +261,12 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     }
     if constexpr (CONV) {
         if (warp == 0 && col) wv.store(sd.conv, width, cvj);
-        if (threadIdx.x == 0) { /* every thread read its q and k states before the loop's barriers */
-            const unsigned readers = (unsigned)(d.n_v_heads / d.n_k_heads) * gridDim.y;
-            unsigned *tk = cv.tick + (int64_t)blockIdx.z * d.n_k_heads + hk;
-            writer = cu_ticket_take(tk) == readers - 1;
-            if (writer) *tk = 0; /* ready for the next call */
+        if (threadIdx.x == 0) {
+            writer = ticket == (unsigned)(d.n_v_heads / d.n_k_heads) * gridDim.y - 1; /* the last reader */
+            if (writer) {
+                cu_ticket_acquire();
+                cv.tick[(int64_t)blockIdx.z * d.n_k_heads + hk] = 0; /* ready for the next call */
+            }
         }
         __syncthreads();
         if (writer) wq.store(sd.conv, width, cq), wk.store(sd.conv, width, ck);
