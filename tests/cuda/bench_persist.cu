@@ -45,7 +45,7 @@ __device__ __forceinline__ void pk_wait(const unsigned *c, unsigned target) {
     if (threadIdx.x == 0) {
         while (ld_relaxed_gpu(c) < target) {
         }
-        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+        cu_fence_acquire();
     }
     __syncthreads();
 }

@@ -184,7 +184,7 @@ __device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, u
             if (up) break;
             ws_pause();
         }
-        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+        cu_fence_acquire();
     }
     float4 xa[WS_PIECES], xb[WS_PIECES];
 #pragma unroll
@@ -266,7 +266,7 @@ __device__ __forceinline__ void ws_consume(const ws_chain &ch, int c, const unsi
             __syncwarp();
             if (!last) continue;
             if (lane < 16) { /* gt_sum_slices: slice 0, then + slice s in order, after lane 0's acquire */
-                asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+                cu_fence_acquire();
                 const float *pp = W.part + it.og * 16 + lane;
                 float sum = __ldcg(pp);
                 for (int s = 1; s < W.S; s++) sum += __ldcg(pp + (size_t)s * W.n_out);

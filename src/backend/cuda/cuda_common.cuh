@@ -258,16 +258,18 @@ __device__ __forceinline__ unsigned cu_ticket_take(unsigned *t) {
     asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(t) : "memory");
     return prev;
 }
+/* The acquire half of a relaxed observation: after a relaxed load or an atom has seen another thread's released write
+ * (a flag up, a ticket's count), this fence orders what follows after that thread's earlier writes (the PTX model's
+ * acquire pattern). */
+__device__ __forceinline__ void cu_fence_acquire(void) { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 /* The same ticket in two halves, for a taker that has more work before it needs the count: cu_ticket_arrive adds 1
  * with release only, so the thread goes on while the add is out (its value is waited for where it is used), and the
- * taker that saw count - 1 calls cu_ticket_acquire before it acts on the others' work (an atom, then a fence: the PTX
- * model's acquire pattern). */
+ * taker that saw count - 1 calls cu_fence_acquire before it acts on the others' work. */
 __device__ __forceinline__ unsigned cu_ticket_arrive(unsigned *t) {
     unsigned prev;
     asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;\n" : "=r"(prev) : "l"(t) : "memory");
     return prev;
 }
-__device__ __forceinline__ void cu_ticket_acquire(void) { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
 
 /* Thread block clusters (sm_90): the barrier of every thread of the cluster after which what each block wrote to its
  * shared memory is visible to the others' reads (cu_cluster_sync), the barrier that only keeps every block's shared

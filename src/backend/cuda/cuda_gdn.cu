@@ -264,8 +264,9 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         if (threadIdx.x == 0) {
             writer = ticket == (unsigned)(d.n_v_heads / d.n_k_heads) * gridDim.y - 1; /* the last reader */
             if (writer) {
-                cu_ticket_acquire();
-                cv.tick[(int64_t)blockIdx.z * d.n_k_heads + hk] = 0; /* ready for the next call */
+                cu_fence_acquire();
+                cv.tick[(int64_t)blockIdx.z * d.n_k_heads + hk] = 0; /* ready for the next call (recomputed: a pointer
+                                                                      * kept across the loop spilled 16 bytes) */
             }
         }
         __syncthreads();
