@@ -65,14 +65,12 @@
 #ifndef WS_SLEEP
 #define WS_SLEEP 0 /* ns a poller sleeps between polls of the flags or of a full ring (0: it spins) */
 #endif
-/* 1: each consumer lane orders its ld.shared reads of a slot before the tensor copy that refills it (generic proxy
- * before async proxy) with a proxy fence: one untested hypothesis for the 12-consumer race (thirty-fifth pass). */
+/* Each consumer lane orders its ld.shared reads of a slot (generic proxy) before the tensor copy that refills it
+ * (async proxy) with a proxy fence before it frees the slot. Without it the 12-consumer form computed wrong outputs
+ * in 5 of 28 runs, with it in none of 28, at the same time a chain; a __syncwarp after the slot's wait instead left 3
+ * of 28 wrong (docs/performance.md, thirty-seventh pass). WS_PROXY_FENCE=0 shows the race. */
 #ifndef WS_PROXY_FENCE
-#define WS_PROXY_FENCE 0
-#endif
-/* 1: a consumer warp reconverges after a slot's wait (a try_wait loop) before its mma.sync: the other hypothesis. */
-#ifndef WS_WAIT_SYNC
-#define WS_WAIT_SYNC 0
+#define WS_PROXY_FENCE 1
 #endif
 __device__ __forceinline__ void ws_pause(void) {
     if (WS_SLEEP) __nanosleep(WS_SLEEP);
@@ -233,7 +231,6 @@ __device__ __forceinline__ void ws_consume(const ws_chain &ch, int c, const unsi
             for (int cc = 0; cc < it.us / WS_CH; cc++, n++) {
                 const int slot = (int)(n % WS_NST);
                 wg_bar_wait(full + 8 * (c * WS_NST + slot), (n / WS_NST) & 1);
-                if (WS_WAIT_SYNC) __syncwarp();
                 const unsigned char *sl = slots + (size_t)(c * WS_NST + slot) * WS_SLOT + t * 16;
 #pragma unroll
                 for (int u = 0; u < WS_CH; u++) {
