@@ -65,10 +65,10 @@
 #ifndef WS_SLEEP
 #define WS_SLEEP 0 /* ns a poller sleeps between polls of the flags or of a full ring (0: it spins) */
 #endif
-/* Each consumer lane orders its ld.shared reads of a slot (generic proxy) before the tensor copy that refills it
- * (async proxy) with a proxy fence before it frees the slot. Without it the 12-consumer form computed wrong outputs
- * in 5 of 28 runs, with it in none of 28, at the same time a chain; a __syncwarp after the slot's wait instead left 3
- * of 28 wrong (docs/performance.md, thirty-seventh pass). WS_PROXY_FENCE=0 shows the race. */
+/* Before a consumer lane frees a slot, a proxy fence orders its ld.shared reads of it (generic proxy) before the
+ * tensor copy that refills it (async proxy). Without it the 12-consumer form computed wrong outputs in 5 of 28 runs;
+ * with it, in none of 28, and no slower. A __syncwarp after the slot's wait instead left 3 of 28 wrong
+ * (docs/performance.md, thirty-seventh pass). WS_PROXY_FENCE=0 shows the race. */
 #ifndef WS_PROXY_FENCE
 #define WS_PROXY_FENCE 1
 #endif
