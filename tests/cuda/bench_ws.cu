@@ -240,7 +240,7 @@ __device__ __forceinline__ void ws_consume(const ws_chain &ch, int c, const unsi
                     gt_mma(acc, A.x, A8.x, A.y, A8.y, f.x, f.y);
                     gt_mma(acc, A.z, A8.z, A.w, A8.w, f.z, f.w);
                 }
-                if (WS_PROXY_FENCE) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+                if (WS_PROXY_FENCE) cu_fence_proxy_async();
                 __syncwarp();
                 if (lane == 0) wg_bar_arrive(empty + 8 * (c * WS_NST + slot));
             }

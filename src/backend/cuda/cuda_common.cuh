@@ -262,6 +262,11 @@ __device__ __forceinline__ unsigned cu_ticket_take(unsigned *t) {
  * (a flag up, a ticket's count), this fence orders what follows after that thread's earlier writes (the PTX model's
  * acquire pattern). */
 __device__ __forceinline__ void cu_fence_acquire(void) { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+/* Orders this thread's generic-proxy accesses to its block's shared memory (stores by cp.async or st.shared, reads
+ * by ld.shared) before the async proxy's later ones (wgmma's reads, a tensor copy's writes). sm_90. */
+__device__ __forceinline__ void cu_fence_proxy_async(void) {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 /* The same ticket in two halves, for a taker that has more work before it needs the count: cu_ticket_arrive adds 1
  * with release only, so the thread goes on while the add is out (its value is waited for where it is used), and the
  * taker that saw count - 1 calls cu_fence_acquire before it acts on the others' work. */

@@ -73,7 +73,7 @@ __device__ __forceinline__ void gdq_next(int c, int chunks, int us, uint32_t b0,
     typedef gdq_cfg<NT> G;
     cu_cp_wait<G::STAGES - 2>();
 #if WG_ON
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    cu_fence_proxy_async();
 #endif
     __syncthreads();
     const int next = c + G::STAGES - 1;
