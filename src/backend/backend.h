@@ -260,6 +260,14 @@ typedef struct qbackend_ops {
      * sample_argmax (engine/sample.c) does: an element wins only if strictly greater than the best so
      * far, so NaNs never win and x[r][0] = NaN gives 0. x: [n_rows][n_cols]; out: backend int32. */
     qstatus (*argmax)(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out);
+    /* Optional (NULL: none), for a large bf16 lm_head: a sketch of W (8-bit codes and bounds, backend memory) from
+     * which head_argmax finds one row's greedy id reading about half of W's bytes. make leaves *sketch NULL where W
+     * cannot take one (its format or shape, a value that is not finite); *bytes: what the sketch holds. head_argmax:
+     * out[0] (backend int32) = the id argmax would give for x . W^T (one row x of W->n_in values), or -1 where the
+     * sketch cannot decide it (then the caller runs the matmul and argmax). */
+    qstatus (*head_sketch_make)(qbackend *be, const qweight *W, void **sketch, int64_t *bytes);
+    void (*head_sketch_free)(qbackend *be, void *sketch);
+    qstatus (*head_argmax)(qbackend *be, const float *x, const qweight *W, const void *sketch, int32_t *out);
 
     /* Optional (NULL where a backend has none): the ops issued between graph_begin and graph_end are
      * recorded instead of run, and graph_end runs the recording as one launch (CUDA graphs: a decode

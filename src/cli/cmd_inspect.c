@@ -157,7 +157,9 @@ int cmd_inspect(int argc, char **argv) {
         printf("\n(memory fit: %s)\n", q_lasterr());
     } else {
         qmemfit fit;
-        memfit_compute(&cfg, (int64_t)tb, &fp, free_b, total_b, source, &fit);
+        int64_t weights = (int64_t)tb; /* with the CUDA backend's head sketch, where it makes one */
+        if (memfit_weights_bytes(dir, backend, &weights) != Q_OK) weights = (int64_t)tb;
+        memfit_compute(&cfg, weights, &fp, free_b, total_b, source, &fit);
         char table[2048];
         memfit_table(&fit, &fp, table, sizeof table);
         printf("\n%s backend: %s", backend, table);

@@ -128,7 +128,7 @@ static int startup_fit(const char *dir, const char *backend, const serve_opts *o
         q_warn("--context %lld is more than the model's max_position_embeddings (%d)", o->context, max_pos);
     int64_t weights = 0, free_b = 0, total_b = 0;
     const char *src = NULL;
-    if (memfit_weights_bytes(dir, &weights) != Q_OK ||
+    if (memfit_weights_bytes(dir, backend, &weights) != Q_OK ||
         memfit_device_memory(backend, 0, &free_b, &total_b, &src) != Q_OK) {
         fprintf(stderr, "quill serve: memory fit: %s\n", q_lasterr());
         qwen35_config_free(&cfg);

@@ -63,14 +63,26 @@ static int skipped(const char *name) {
            strstr(name, ".mtp.");
 }
 
-qstatus memfit_weights_bytes(const char *dir, int64_t *out) {
+static int ends_with(const char *s, const char *tail) {
+    const size_t n = strlen(s), m = strlen(tail);
+    return n >= m && !strcmp(s + n - m, tail);
+}
+
+qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out) {
     st_set *set = NULL;
     Q_TRY(st_open_dir(dir, &set));
     int64_t sum = 0;
+    const st_tensor *head = NULL, *embed = NULL;
     for (int i = 0; i < st_count(set); i++) {
         const st_tensor *t = st_at(set, i);
-        if (!skipped(t->name)) sum += (int64_t)t->n_bytes;
+        if (skipped(t->name)) continue;
+        sum += (int64_t)t->n_bytes;
+        if (ends_with(t->name, "lm_head.weight")) head = t;
+        if (ends_with(t->name, "embed_tokens.weight")) embed = t;
     }
+    if (!head) head = embed; /* tied */
+    if (backend && !strcmp(backend, "cuda") && head && head->dtype == ST_BF16 && head->n_dims == 2)
+        sum += qwen35_head_sketch_bytes(head->shape[0], head->shape[1]);
     st_close(set);
     *out = sum;
     return Q_OK;

@@ -14,6 +14,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* Activation buffers for up to cap_rows rows, in backend memory; host arrays for the seq list. */
 typedef struct qwen35_scratch {
@@ -36,6 +37,7 @@ typedef struct qwen35_scratch {
     float **p0, **p1;            /* [cap] per-seq state pointers handed to the ops */
     void **kp, **vp;             /* [cap] per-seq K/V caches handed to attention */
     int32_t *host_ids, *host_pos;
+    int head_sketched;           /* the last pass took its greedy id from the head's sketch (-1: undecided) */
 } qwen35_scratch;
 
 /* Parts of a row's sums of squares at a fused residual boundary (backend.h's qnorm). */
@@ -135,13 +137,40 @@ static qstatus scratch_reserve(qwen35_model *m, int n) {
 
 /* ---- open / close ------------------------------------------------------------------------------ */
 
+/* The head's sketch, where the backend makes one: a bf16 head of at least 2^26 values (the 0.8B's and up; the
+ * fixtures' are too small to gain) whose rows are whole 512-value passes, at most 8192. A greedy row then reads about
+ * half the head's bytes for the same id. QUILL_HEAD_SKETCH=0: none. */
+static int head_sketch_wanted(int64_t V, int64_t K) {
+    const char *env = getenv("QUILL_HEAD_SKETCH");
+    return !(env && !strcmp(env, "0")) && V * K >= (1LL << 26) && K % 512 == 0 && K <= 8192;
+}
+int64_t qwen35_head_sketch_bytes(int64_t V, int64_t K) {
+    if (!head_sketch_wanted(V, K)) return 0;
+    return V * K + V * (K / 64) * 4 + V * 12 + 512 * K * 2 + (1 << 20); /* cuda_head.cu's, rounded up */
+}
+int64_t qwen35_head_sketch_read_bytes(int64_t V, int64_t K) {
+    return V * K + V * (K / 64) * 4 + V * 8; /* codes, a scale a group, two bounds a row (and a few candidates' rows) */
+}
+static qstatus head_sketch_open(qwen35_model *m) {
+    qbackend *be = m->be;
+    const qweight *W = &m->w.lm_head;
+    if (!be->ops->head_sketch_make || W->fmt != QW_BF16 || !head_sketch_wanted(W->n_out, W->n_in)) return Q_OK;
+    int64_t bytes = 0;
+    Q_TRY(be->ops->head_sketch_make(be, W, &m->w.head_sketch, &bytes));
+    m->w.n_bytes += bytes;
+    return Q_OK;
+}
+
 qstatus qwen35_open(const char *dir, qbackend *be, qwen35_model **out) {
     qwen35_model *m = calloc(1, sizeof *m);
     if (!m) return q_fail(Q_ENOMEM, "model: out of memory");
     m->be = be;
     qstatus st = qwen35_config_load(dir, &m->cfg);
-    if (st == Q_OK) st = qwen35_weights_load(be, dir, &m->cfg, &m->w);
+    int loaded = 0;
+    if (st == Q_OK) st = qwen35_weights_load(be, dir, &m->cfg, &m->w), loaded = st == Q_OK;
+    if (st == Q_OK) st = head_sketch_open(m);
     if (st != Q_OK) {
+        if (loaded) qwen35_weights_free(be, &m->cfg, &m->w);
         qwen35_config_free(&m->cfg);
         free(m);
         return st;
@@ -458,6 +487,7 @@ static qstatus device_pass(qwen35_model *m, const qrow *rows, int n, int n_seqs,
     qwen35_scratch *s = m->scratch;
     qbackend *be = m->be;
     const int64_t H = c->hidden;
+    s->head_sketched = 0;
     Q_TRY(be->ops->embed(be, &m->w.embed, s->ids, n, s->x)); /* §2.1: no scaling */
     /* Each residual add comes with the norm that follows it (res_range); the last layer's MLP output is
      * added alone, the final norm running on the output rows only. */
@@ -479,6 +509,9 @@ static qstatus device_pass(qwen35_model *m, const qrow *rows, int n, int n_seqs,
                     Q_TRY(be->ops->copy(be, s->hl + (j++) * H, s->x + i * H, (size_t)H * sizeof(float)));
         Q_TRY(be->ops->rmsnorm(be, s->hl, H, m->w.final_norm, n_out, (int)H, c->rms_eps, s->hl, H));
     }
+    s->head_sketched = n_out == 1 && n_argmax == 1 && m->w.head_sketch && be->ops->head_argmax;
+    if (s->head_sketched) /* one greedy row: the sketch rules out most of the head's rows (forward_ex: -1) */
+        return be->ops->head_argmax(be, s->hl, &m->w.lm_head, m->w.head_sketch, s->ids);
     Q_TRY(be->ops->matmul(be, s->hl, n_out, &m->w.lm_head, s->logits));
     if (n_argmax > 0) /* s->ids is free again: the embedding read it earlier in stream order */
         Q_TRY(be->ops->argmax(be, s->logits + (int64_t)n_logits * c->vocab_size, n_argmax, c->vocab_size, s->ids));
@@ -509,6 +542,11 @@ qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state
     Q_TRY(st);
     for (int i = 0; i < n_seqs; i++) states[s->seq_stream[i]]->n_past += s->seqs[i].n_rows;
     if (n_argmax > 0) Q_TRY(be->ops->download(be, argmax, s->ids, (size_t)n_argmax * sizeof(int32_t)));
+    if (n_argmax > 0 && s->head_sketched && argmax[0] < 0) { /* undecided by the sketch: the whole head */
+        Q_TRY(be->ops->matmul(be, s->hl, 1, &m->w.lm_head, s->logits));
+        Q_TRY(be->ops->argmax(be, s->logits, 1, c->vocab_size, s->ids));
+        Q_TRY(be->ops->download(be, argmax, s->ids, sizeof(int32_t)));
+    }
     if (n_logits == 0) return Q_OK;
     return be->ops->download(be, logits, s->logits, (size_t)n_logits * c->vocab_size * sizeof(float));
 }

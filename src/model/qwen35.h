@@ -50,7 +50,8 @@ typedef struct qwen35_weights {
     int lm_head_tied;
     float *final_norm;   /* [hidden], (1+w) folded */
     qwen35_layer *layers; /* [n_layers] */
-    int64_t n_bytes;     /* backend bytes held by the weights */
+    int64_t n_bytes;     /* backend bytes held by the weights (and the head's sketch) */
+    void *head_sketch;   /* the backend's sketch of lm_head for one row's greedy id (head_sketch_make), or NULL */
 } qwen35_weights;
 
 /* Loads the weights of the checkpoint in `dir` into backend memory (model/weights.c). Names: HF
@@ -133,6 +134,10 @@ int qwen35_conv_dim(const qwen35_config *cfg);
 /* Byte counts for inspect and the memory fit. */
 int64_t qwen35_kv_bytes_per_token(const qwen35_config *cfg);
 int64_t qwen35_gdn_state_bytes(const qwen35_config *cfg);
+/* What a backend's sketch of a bf16 lm_head of V x K holds where the model asks for one (qwen35_open: CUDA), else 0. */
+int64_t qwen35_head_sketch_bytes(int64_t V, int64_t K);
+/* What one greedy row reads from that sketch instead of the head's V x K bf16 values. */
+int64_t qwen35_head_sketch_read_bytes(int64_t V, int64_t K);
 /* The GDN recurrent states' element type, as --gdn-state-type names it ("f32", "bf16"). */
 const char *qwen35_gdn_state_type_name(const qwen35_config *cfg);
 /* Bytes of one position of one attention layer's K (or V) cache (backend.h qkv_row_bytes; 0 where the format

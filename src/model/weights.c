@@ -299,6 +299,7 @@ static void free_layer(qbackend *be, qwen35_layer *L) {
 void qwen35_weights_free(qbackend *be, const qwen35_config *cfg, qwen35_weights *w) {
     if (!w) return;
     if (be && be->ops) {
+        if (w->head_sketch && be->ops->head_sketch_free) be->ops->head_sketch_free(be, w->head_sketch);
         if (!w->lm_head_tied) free_qweight(be, &w->lm_head);
         free_qweight(be, &w->embed);
         be->ops->free(be, w->final_norm);

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/cuda-tests.log
 : >"$log"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_rows cuda_test_cuda_seq_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_rows cuda_test_cuda_head cuda_test_cuda_seq_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
 if [ $? -ne 0 ]; then tail -40 "$log"; echo "build failed"; exit 1; fi
 declare -a rows
 fails=0
@@ -40,6 +40,7 @@ step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUIL
 step "producers' split rows (GLU pair, gated norm, output gate) in every mode" bash -c \
      "'$build/cuda_test_cuda_rows' && QUILL_DECODE_PRECISION=bf16 '$build/cuda_test_cuda_rows' &&
       QUILL_DECODE_PRECISION=dequant '$build/cuda_test_cuda_rows'"
+step "greedy id from the lm_head's sketch = argmax (ties, cap, NaN)" "$build/cuda_test_cuda_head"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
@@ -105,6 +106,11 @@ step "compute-sanitizer memcheck: split rows, dequant decode mode" env QUILL_DEC
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_rows"
 step "compute-sanitizer racecheck: split rows, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_rows"
+# the head's sketch: its build, the bounds' block reductions, the candidates' append and gather, the plain matmul launch
+step "compute-sanitizer memcheck: the lm_head's sketch" timeout 200 compute-sanitizer --tool memcheck \
+     --error-exitcode 9 "$build/cuda_test_cuda_head"
+step "compute-sanitizer racecheck: the lm_head's sketch" timeout 200 compute-sanitizer --tool racecheck \
+     --error-exitcode 9 "$build/cuda_test_cuda_head"
 }
 grep -E '^\|' "$log" | grep -v -- '---' | head -60
 grep -E "rel err" "$log" | head -40

@@ -173,6 +173,9 @@ static qbackend_ops make_ops(void) {
     }
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.argmax = cuda_argmax;
+    o.head_sketch_make = cuda_head_sketch_make;
+    o.head_sketch_free = cuda_head_sketch_free;
+    o.head_argmax = cuda_head_argmax;
     o.vm_reserve = cuda_vm_reserve;
     o.vm_map = cuda_vm_map;
     o.vm_unmap = cuda_vm_unmap;

@@ -21,6 +21,10 @@ qstatus cuda_profile_enable(qbackend *be);
 void cuda_profile_reset(void);
 void cuda_profile_report(FILE *f, const char *unit, int units);
 
+/* cuda_head.cu: the candidates the last head_argmax on this sketch took from their rows (may pass the cap, then it
+ * answered -1); synchronises. For tests/cuda/bench_head.cu. */
+qstatus cuda_head_sketch_candidates(qbackend *be, const void *sketch, unsigned *n);
+
 /* cuda_vm.cu: backend.h vm_* through the driver's virtual memory management (cuMemAddressReserve,
  * cuMemCreate, cuMemMap, cuMemSetAccess, cuMemUnmap). */
 qstatus cuda_vm_reserve(qbackend *be, size_t bytes, void **base, size_t *granule);

@@ -288,6 +288,20 @@ qstatus cuda_glu_matmul(qbackend *be, float *x, const qglu *glu, int n, const qw
     return glu ? tc_launch(be, x, n, 1, &W, &y, gemv_tc_kind(W), {glu, NULL, NULL, 0}) : cuda_matmul(be, x, n, W, y);
 }
 
+/* y = x . W^T in like's K slices (like: a weight of W's kind and n_in): where W's rows are copies of like's rows (the
+ * head sketch's candidates), each output is bitwise that row's output of a matmul of like. W may be what the op just
+ * before wrote (a plain launch: gt_extra fresh). */
+qstatus cuda_matmul_like(qbackend *be, const float *x, int n, const qweight *W, float *y, const qweight *like) {
+    if (n <= 0) return Q_OK;
+    Q_TRY(check_weight(W));
+    const int kind = gemv_tc_kind(W);
+    if (kind < 0 || kind != gemv_tc_kind(like) || W->n_in != like->n_in)
+        return q_fail(Q_EINVAL, "cuda matmul_like: weights of one tensor-core kind and n_in only");
+    gt_extra ex = gt_extra();
+    ex.split = gemv_tc_split(like, kind), ex.fresh = 1;
+    return tc_launch(be, x, n, 1, &W, &y, kind, ex);
+}
+
 /* Weights of one tensor-core kind go out in one launch (each keeping its own split, partials and
  * tickets, so its outputs are bitwise those of its own launch); any other mix, one matmul each. */
 qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y) {

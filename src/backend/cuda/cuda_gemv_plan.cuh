@@ -64,10 +64,10 @@ static inline int gemv_tc_split(const qweight *W, int kind) {
     return S;
 }
 
-/* Shared memory of a block with nt row tiles: nt staged tiles of the weight's longest slice. */
-static inline size_t gemv_tc_smem(const qweight *W, int kind, int nt) {
+/* Shared memory of a block with nt row tiles: nt staged tiles of the weight's longest slice (of S slices; 0: W's). */
+static inline size_t gemv_tc_smem(const qweight *W, int kind, int nt, int S = 0) {
     const int64_t U = W->n_in / gemv_tc_unit_k(kind);
-    const int S = gemv_tc_split(W, kind);
+    if (S <= 0) S = gemv_tc_split(W, kind);
     return (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind) * (size_t)nt;
 }
 
@@ -311,7 +311,7 @@ template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, c
 }
 template <int Q, bool DQ = false>
 static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t smem, cudaStream_t st, const float *x,
-                                      int n, const gt_job &job) {
+                                      int n, const gt_job &job, bool fresh = false) {
     if (n > GW_MIN_ROWS) {
         static_assert(GW_MAX_TILES <= 16, "gemv_wide_kernel instances: 4, 8, 16 tiles of 4 rows; 2, 4, 8 of 8");
         if constexpr (DQ) /* bf16 x: tiles of 8 */
@@ -338,7 +338,7 @@ static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t sm
         k = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms())
                 ? gt_staging_kernel<Q, GT_LEAN_BLOCKS, DQ>(gt_in_kind(job.in))
                 : gt_staging_kernel<Q, GT_MIN_BLOCKS, DQ>(gt_in_kind(job.in));
-    return cu_launch(k, blocks, GT_THREADS, smem, st, x, n, job);
+    return cu_launch_pdl(cu_pdl_on() && !fresh, k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
 /* Whether x can enter W's tensor-core kernels gated by glu: whole 16-value pieces of a vector, gates 16-byte
@@ -394,6 +394,9 @@ struct gt_extra {
     const float *nx_w;
     const void *xs_ready; /* with norm or glu: x's split rows as a producer left them (nx, gr: no split launch) */
     unsigned short *gx;   /* with norm, two weights: a GLU pair's split rows to write (gt_job, gemv_tc_glu_rows_ok) */
+    int split;            /* one weight: its K slices (another weight's gemv_tc_split, so its rows' bits); 0: its own */
+    int fresh;            /* W was written by the op before (gathered rows): a plain launch, so that no block loads
+                           * its first weights before that op is done (one row tile staged by each block) */
 };
 
 /* A launch of the kernel of `kind` (gemv_tc_kind; the same for every weight) on n rows for count <= GT_JOB
@@ -453,12 +456,12 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
     int64_t blocks = 0;
     for (int i = 0; i < count; i++) {
         job.W[i] = *W[i], job.y[i] = y[i], job.part[i] = part[i], job.tick[i] = tick[i];
-        job.S[i] = gemv_tc_split(W[i], kind);
+        job.S[i] = ex.split > 0 && count == 1 ? ex.split : gemv_tc_split(W[i], kind);
         job.start[i] = (int)blocks;
         if (job.gx && i == 1) break; /* the pair's blocks are all weight 0's, each 64 outputs of both */
         const int64_t ob_out = job.gx ? GT_OUT / 2 : GT_OUT;
         blocks += ((W[i]->n_out + ob_out - 1) / ob_out) * ((n + rt * nt - 1) / (rt * nt)) * job.S[i];
-        smem = std::max(smem, gemv_tc_smem(W[i], kind, nt));
+        smem = std::max(smem, gemv_tc_smem(W[i], kind, nt, job.S[i]));
     }
     if (job.ss) smem = std::max(smem, GT_SS_SMEM(rt * nt)); /* gt_finish's squares (the wide kernel's stages hold them) */
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
@@ -472,6 +475,7 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
         job.loop = (int)std::min<int64_t>(n_ob, std::max<int64_t>(1, slots / job.S[0]));
         blocks = (int64_t)job.loop * job.S[0];
     }
+    if (ex.fresh && (n > GT_PRE_ROWS || pl->split || job.xs || job.loop)) return cudaErrorInvalidValue;
     pl->nt = nt, pl->rt = rt, pl->blocks = (unsigned)blocks, pl->smem = smem;
     return cudaSuccess;
 }
@@ -492,12 +496,12 @@ static inline cudaError_t gemv_tc_launch_multi(int kind, const float *x, int n, 
         if (e != cudaSuccess) return e;
     }
     const bool dq = ex.bf16x == GT_DQ; /* bf16 weights: as in bf16 mode */
-    if (kind == 0) return gt_launch_q<0>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
+    if (kind == 0) return gt_launch_q<0>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job, ex.fresh);
     if (kind == 64)
-        return dq ? gt_launch_q<64, true>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job)
-                  : gt_launch_q<64>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
-    return dq ? gt_launch_q<128, true>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job)
-              : gt_launch_q<128>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job);
+        return dq ? gt_launch_q<64, true>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job, ex.fresh)
+                  : gt_launch_q<64>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job, ex.fresh);
+    return dq ? gt_launch_q<128, true>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job, ex.fresh)
+              : gt_launch_q<128>(pl.nt, pl.rt, pl.blocks, pl.smem, st, x, n, job, ex.fresh);
 }
 
 static inline cudaError_t gemv_tc_launch(int kind, const float *x, int n, const qweight *W, float *y, float *part,

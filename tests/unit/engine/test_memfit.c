@@ -5,6 +5,7 @@
  *   not; the table says DOES NOT FIT and names both;
  * - the CPU probe reads /proc/meminfo; the checkpoint probe skips nothing the fixture has. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "engine/memfit.h"
@@ -112,8 +113,24 @@ static void test_probes(void **state) {
     assert_true(fr > 0 && tot >= fr);
     assert_non_null(strstr(src, "MemAvailable"));
     assert_int_equal(memfit_device_memory("tpu", 0, &fr, &tot, &src), Q_EINVAL);
-    assert_ok(memfit_weights_bytes(dir, &w));
+    assert_ok(memfit_weights_bytes(dir, "cpu", &w));
     assert_true(w > 0);
+    int64_t wc = 0; /* the fixture's head is too small for the CUDA backend's sketch */
+    assert_ok(memfit_weights_bytes(dir, "cuda", &wc));
+    assert_int_equal(wc, w);
+}
+
+/* The sketch of a bf16 head the CUDA backend holds (qwen35_open): the 9B's, none for small heads or rows of other
+ * lengths, none with QUILL_HEAD_SKETCH=0. */
+static void test_head_sketch_bytes(void **state) {
+    (void)state;
+    const int64_t b = qwen35_head_sketch_bytes(248320, 4096);
+    assert_true(b >= 248320LL * 4096 * 1065 / 1000 && b < 248320LL * 4096 * 11 / 10);
+    assert_int_equal(qwen35_head_sketch_bytes(1024, 128), 0);
+    assert_int_equal(qwen35_head_sketch_bytes(248320, 4000), 0);
+    setenv("QUILL_HEAD_SKETCH", "0", 1);
+    assert_int_equal(qwen35_head_sketch_bytes(248320, 4096), 0);
+    unsetenv("QUILL_HEAD_SKETCH");
 }
 
 int main(void) {
@@ -121,6 +138,7 @@ int main(void) {
         cmocka_unit_test(test_sums_and_verdict),
         cmocka_unit_test(test_advice),
         cmocka_unit_test(test_probes),
+        cmocka_unit_test(test_head_sketch_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
