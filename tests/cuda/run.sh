@@ -40,7 +40,8 @@ step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUIL
 step "producers' split rows (GLU pair, gated norm, output gate) in every mode" bash -c \
      "'$build/cuda_test_cuda_rows' && QUILL_DECODE_PRECISION=bf16 '$build/cuda_test_cuda_rows' &&
       QUILL_DECODE_PRECISION=dequant '$build/cuda_test_cuda_rows'"
-step "greedy id from the lm_head's sketch = argmax (ties, cap, NaN)" "$build/cuda_test_cuda_head"
+step "greedy id from the lm_head's sketch = argmax (ties, cap, NaN), split and bf16 x" bash -c \
+     "'$build/cuda_test_cuda_head' && QUILL_DECODE_PRECISION=bf16 '$build/cuda_test_cuda_head'"
 step "K/V grow-as-used through CUDA VMM (exactness, give-back)" "$build/cuda_test_cuda_kvgrow"
 step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"

@@ -84,9 +84,12 @@ qstatus cuda_head_argmax(qbackend *be, const float *x, const qweight *W, const v
     if (!h || W->fmt != QW_BF16 || W->n_out != h->V || W->n_in != h->K)
         return q_fail(Q_EINVAL, "cuda head_argmax: the sketch is not this weight's");
     cudaStream_t st = cu_stream(be);
-    static int sms = 0;
-    if (!sms) CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "head_argmax");
-    CU_TRY(cu_launch(hs_quantize_kernel, 1, 1024, 0, st, x, h->K, h->w), "head_argmax (h)");
+    int dev = 0, sms = 0;
+    CU_TRY(cudaGetDevice(&dev), "head_argmax");
+    CU_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "head_argmax");
+    int bf16x = 0;
+    Q_TRY(cu_decode_precision(&bf16x));
+    CU_TRY(cu_launch(hs_quantize_kernel, 1, 1024, 0, st, x, h->K, bf16x != 0, h->w), "head_argmax (h)");
     CU_TRY(cu_launch(hs_sketch_kernel, (unsigned)(4 * sms), 256, 0, st, (const int8_t *)h->q, (const float *)h->sw,
                      (const float *)h->ab, h->V, h->K, h->w),
            "head_argmax (sketch)");

@@ -6,8 +6,9 @@
  * real arithmetic
  *   w . h = sum_g s_g t_g (q_g . p_g) + (s q) . e + d . h,   |(s q) . e| <= A ||e||,   |d . h| <= B ||h||,
  * the first term integer dots (dp2a) scaled per group. bound = A ||e|| + B ||h|| + HS_MARGIN (A + B) ||h||, the margin
- * covering the f32 roundings of this estimate and of the head's own logits (both ~1e-6 of ||w|| ||h||, the margin
- * 2.4e-4). L* = the largest est - bound: the row with the largest logit has its bound interval reach L*, and a row
+ * covering the f32 roundings of this estimate and of the head's own logits (both ~1e-5 of ||w|| ||h|| at most, the
+ * margin 2.4e-4). Where the head's matmul takes x rounded to bf16 (QUILL_DECODE_PRECISION bf16 or dequant), h is that
+ * rounded x. L* = the largest est - bound: the row with the largest logit has its bound interval reach L*, and a row
  * whose est + bound < L* has a logit below it, so it is neither the argmax nor tied with it. The candidates (est +
  * bound >= L*) get their logits from their bf16 rows by the head's own matmul (the same K slices: the same bits), and
  * the first largest of those is the head's argmax. Where that cannot be decided here (h not finite, more than HS_CAP
@@ -89,8 +90,9 @@ struct hs_work {
     float *y;            /* [HS_CAP] */
 };
 
-/* h (K values) in int16 a group, its norms; resets L* and the count. One block of 1024. */
-__global__ void __launch_bounds__(1024) hs_quantize_kernel(const float *__restrict__ h, int K, hs_work w) {
+/* h (K values) in int16 a group, its norms; resets L* and the count. One block of 1024. bf16x: the head's matmul takes
+ * x rounded to bf16 (QUILL_DECODE_PRECISION bf16 or dequant), so the bounds are of that x's products. */
+__global__ void __launch_bounds__(1024) hs_quantize_kernel(const float *__restrict__ h, int K, int bf16x, hs_work w) {
     cu_pdl_enter();
     __shared__ double se[32], sh[32];
     __shared__ unsigned bad;
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(1024) hs_quantize_kernel(const float *__restri
     __syncthreads();
     double ee = 0.0, hh = 0.0;
     for (int g = warp; g < K / HS_GROUP; g += 32) {
-        const float h0 = h[g * HS_GROUP + 2 * lane], h1 = h[g * HS_GROUP + 2 * lane + 1];
+        float h0 = h[g * HS_GROUP + 2 * lane], h1 = h[g * HS_GROUP + 2 * lane + 1];
+        if (bf16x) h0 = __bfloat162float(__float2bfloat16_rn(h0)), h1 = __bfloat162float(__float2bfloat16_rn(h1));
         if (!isfinite(h0) || !isfinite(h1)) bad = 1;
         const float mx = hs_warp_max(fmaxf(fabsf(h0), fabsf(h1)));
         const float s = hs_scale(mx, 32767.0f), q0 = hs_code(h0, s, 32767.0f), q1 = hs_code(h1, s, 32767.0f);
