@@ -148,7 +148,7 @@ __device__ __forceinline__ int hs_dot16(uint4 c, uint4 h0, uint4 h1) {
 /* Every row's estimate and bound: a warp a row (lane: 16 codes at 512-value strides, HS_PASSES at a time), upper[r]
  * out and the largest lower bound into L*. Blocks of 256. */
 #define HS_PASSES 8
-__global__ void __launch_bounds__(256) hs_sketch_kernel(const int8_t *__restrict__ q, const float *__restrict__ sw,
+__global__ void __launch_bounds__(256, 4) hs_sketch_kernel(const int8_t *__restrict__ q, const float *__restrict__ sw,
                                                         const float *__restrict__ ab, int64_t V, int K, hs_work w) {
     __shared__ __align__(16) int16_t sp[HS_MAX_K];
     __shared__ float st[HS_MAX_K / HS_GROUP];
@@ -167,15 +167,16 @@ __global__ void __launch_bounds__(256) hs_sketch_kernel(const int8_t *__restrict
         float acc = 0.0f;
         for (int i0 = 0; i0 < P; i0 += HS_PASSES) {
             uint4 c[HS_PASSES];
+            float s[HS_PASSES]; /* the row's scales with its codes: loaded in the compute loop they waited in turn */
 #pragma unroll
             for (int i = 0; i < HS_PASSES; i++)
-                if (i0 + i < P) c[i] = hs_ld_stream(row + (i0 + i) * 32 + lane);
+                if (i0 + i < P) c[i] = hs_ld_stream(row + (i0 + i) * 32 + lane), s[i] = __ldg(srow + (i0 + i) * 8 + lane / 4);
 #pragma unroll
             for (int i = 0; i < HS_PASSES; i++) {
                 if (i0 + i >= P) break;
-                const int k = (i0 + i) * 512 + lane * 16, g = k / HS_GROUP;
+                const int k = (i0 + i) * 512 + lane * 16;
                 const uint4 *hp = (const uint4 *)(sp + k);
-                acc = fmaf((float)hs_dot16(c[i], hp[0], hp[1]), __ldg(srow + g) * st[g], acc);
+                acc = fmaf((float)hs_dot16(c[i], hp[0], hp[1]), s[i] * st[k / HS_GROUP], acc);
             }
         }
         for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
