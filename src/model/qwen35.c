@@ -37,7 +37,7 @@ typedef struct qwen35_scratch {
     float **p0, **p1;            /* [cap] per-seq state pointers handed to the ops */
     void **kp, **vp;             /* [cap] per-seq K/V caches handed to attention */
     int32_t *host_ids, *host_pos;
-    int head_sketched;           /* the last pass took its greedy id from the head's sketch (-1: undecided) */
+    int head_sketched;           /* the last pass took its greedy id from the head's sketch (an id of -1: undecided) */
 } qwen35_scratch;
 
 /* Parts of a row's sums of squares at a fused residual boundary (backend.h's qnorm). */
