@@ -158,7 +158,7 @@ int cmd_inspect(int argc, char **argv) {
     } else {
         qmemfit fit;
         int64_t weights = (int64_t)tb; /* with the CUDA backend's head sketch, where it makes one */
-        if (memfit_weights_bytes(dir, backend, &weights) != Q_OK) weights = (int64_t)tb;
+        if (memfit_weights_bytes(dir, backend, &weights, NULL) != Q_OK) weights = (int64_t)tb;
         memfit_compute(&cfg, weights, &fp, free_b, total_b, source, &fit);
         char table[2048];
         memfit_table(&fit, &fp, table, sizeof table);

@@ -126,9 +126,9 @@ static int startup_fit(const char *dir, const char *backend, const serve_opts *o
     *n_ctx = o->context ? (int)o->context : max_pos;
     if (o->context > max_pos)
         q_warn("--context %lld is more than the model's max_position_embeddings (%d)", o->context, max_pos);
-    int64_t weights = 0, free_b = 0, total_b = 0;
+    int64_t weights = 0, sketch = 0, free_b = 0, total_b = 0;
     const char *src = NULL;
-    if (memfit_weights_bytes(dir, backend, &weights) != Q_OK ||
+    if (memfit_weights_bytes(dir, backend, &weights, &sketch) != Q_OK ||
         memfit_device_memory(backend, 0, &free_b, &total_b, &src) != Q_OK) {
         fprintf(stderr, "quill serve: memory fit: %s\n", q_lasterr());
         qwen35_config_free(&cfg);
@@ -143,6 +143,9 @@ static int startup_fit(const char *dir, const char *backend, const serve_opts *o
     char table[4096];
     memfit_table(&f, &p, table, sizeof table);
     fprintf(stderr, "quill serve: this does not fit in memory:\n%s", table);
+    if (sketch > 0)
+        fprintf(stderr, "  (the weights include the lm_head's %.3f GiB sketch for greedy tokens; QUILL_HEAD_SKETCH=0 "
+                        "drops it)\n", (double)sketch / (1 << 30));
     return 1;
 }
 

@@ -68,7 +68,7 @@ static int ends_with(const char *s, const char *tail) {
     return n >= m && !strcmp(s + n - m, tail);
 }
 
-qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out) {
+qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out, int64_t *sketch) {
     st_set *set = NULL;
     Q_TRY(st_open_dir(dir, &set));
     int64_t sum = 0;
@@ -81,8 +81,11 @@ qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out)
         if (ends_with(t->name, "embed_tokens.weight")) embed = t;
     }
     if (!head) head = embed; /* tied */
+    int64_t sk = 0;
     if (backend && !strcmp(backend, "cuda") && head && head->dtype == ST_BF16 && head->n_dims == 2)
-        sum += qwen35_head_sketch_bytes(head->shape[0], head->shape[1]);
+        sk = qwen35_head_sketch_bytes(head->shape[0], head->shape[1]);
+    sum += sk;
+    if (sketch) *sketch = sk;
     st_close(set);
     *out = sum;
     return Q_OK;

@@ -49,8 +49,8 @@ qstatus memfit_device_memory(const char *backend, int device, int64_t *free_byte
 
 /* Bytes the text model's tensors take in the checkpoint at dir (vision, mtp skipped): what the
  * backend will hold, give or take the few norm vectors converted to f32; on "cuda", with the sketch of a bf16
- * lm_head (qwen35_head_sketch_bytes). */
-qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out);
+ * lm_head (qwen35_head_sketch_bytes), which *sketch (may be NULL) gets alone. */
+qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out, int64_t *sketch);
 
 /* Does the arithmetic; never fails (bad figures just do not fit). */
 void memfit_compute(const qwen35_config *cfg, int64_t weights_bytes, const qmemfit_params *p,

@@ -113,11 +113,12 @@ static void test_probes(void **state) {
     assert_true(fr > 0 && tot >= fr);
     assert_non_null(strstr(src, "MemAvailable"));
     assert_int_equal(memfit_device_memory("tpu", 0, &fr, &tot, &src), Q_EINVAL);
-    assert_ok(memfit_weights_bytes(dir, "cpu", &w));
+    assert_ok(memfit_weights_bytes(dir, "cpu", &w, NULL));
     assert_true(w > 0);
-    int64_t wc = 0; /* the fixture's head is too small for the CUDA backend's sketch */
-    assert_ok(memfit_weights_bytes(dir, "cuda", &wc));
+    int64_t wc = 0, sk = -1; /* the fixture's head is too small for the CUDA backend's sketch */
+    assert_ok(memfit_weights_bytes(dir, "cuda", &wc, &sk));
     assert_int_equal(wc, w);
+    assert_int_equal(sk, 0);
 }
 
 /* The sketch of a bf16 head the CUDA backend holds (qwen35_open): the 9B's, none for small heads or rows of other
