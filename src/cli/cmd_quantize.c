@@ -30,11 +30,6 @@ static const char *linear_modules[] = {"q_proj", "k_proj", "v_proj", "o_proj", "
 static const char *zc_norms[] = {"input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight",
                                  "k_norm.weight"};
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && !strcmp(s + n - m, suffix);
-}
-
 /* MLX name for a text tensor, or 0 for a tensor to drop. A drafter's names stay as they are. */
 static int mlx_name(const char *in, char *out, size_t cap, int drafter) {
     if (drafter) {
@@ -56,12 +51,12 @@ static int mlx_name(const char *in, char *out, size_t cap, int drafter) {
 }
 
 static int is_linear(const char *name, const st_tensor *t, int drafter) {
-    if (t->n_dims != 2 || !ends_with(name, ".weight")) return 0;
+    if (t->n_dims != 2 || !st_name_ends(name, ".weight")) return 0;
     if (drafter && !strcmp(name, "fc.weight")) return 1; /* the drafter's fusion of the target taps */
     for (size_t i = 0; i < sizeof linear_modules / sizeof linear_modules[0]; i++) {
         char pat[64];
         snprintf(pat, sizeof pat, "%s.weight", linear_modules[i]);
-        if (ends_with(name, pat)) return 1;
+        if (st_name_ends(name, pat)) return 1;
     }
     return 0;
 }
@@ -69,7 +64,7 @@ static int is_linear(const char *name, const st_tensor *t, int drafter) {
 static int is_zc_norm(const char *mlx) {
     if (!strcmp(mlx, "language_model.model.norm.weight")) return 1;
     for (size_t i = 0; i < sizeof zc_norms / sizeof zc_norms[0]; i++)
-        if (ends_with(mlx, zc_norms[i]) && !strstr(mlx, "linear_attn.norm")) return 1;
+        if (st_name_ends(mlx, zc_norms[i]) && !strstr(mlx, "linear_attn.norm")) return 1;
     return 0;
 }
 
@@ -145,13 +140,13 @@ static qstatus quantize_dir(const char *in, const char *out, int bits, int group
         int64_t shape[ST_MAX_DIMS];
         int nd = t->n_dims;
         for (int d = 0; d < nd; d++) shape[d] = t->shape[d];
-        if (ends_with(name, "conv1d.weight") && nd == 3 && shape[1] == 1) { /* [C,1,K] -> [C,K,1] */
+        if (st_name_ends(name, "conv1d.weight") && nd == 3 && shape[1] == 1) { /* [C,1,K] -> [C,K,1] */
             shape[1] = shape[2];
             shape[2] = 1;
         }
         if (add_one && is_zc_norm(name))
             for (int64_t e = 0; e < n; e++) f[e] += 1.0f;
-        if (ends_with(name, "A_log") || t->dtype == ST_F32) {
+        if (st_name_ends(name, "A_log") || t->dtype == ST_F32) {
             st = st_shards_add(w, name, ST_F32, nd, shape, f);
         } else {
             uint16_t *h = malloc((size_t)(n ? n : 1) * 2);

@@ -63,11 +63,6 @@ static int skipped(const char *name) {
            strstr(name, ".mtp.");
 }
 
-static int ends_with(const char *s, const char *tail) {
-    const size_t n = strlen(s), m = strlen(tail);
-    return n >= m && !strcmp(s + n - m, tail);
-}
-
 qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out, int64_t *sketch) {
     st_set *set = NULL;
     Q_TRY(st_open_dir(dir, &set));
@@ -77,8 +72,8 @@ qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out,
         const st_tensor *t = st_at(set, i);
         if (skipped(t->name)) continue;
         sum += (int64_t)t->n_bytes;
-        if (ends_with(t->name, "lm_head.weight")) head = t;
-        if (ends_with(t->name, "embed_tokens.weight")) embed = t;
+        if (st_name_ends(t->name, "lm_head.weight")) head = t;
+        if (st_name_ends(t->name, "embed_tokens.weight")) embed = t;
     }
     if (!head) head = embed; /* tied */
     int64_t sk = 0;

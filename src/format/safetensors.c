@@ -363,10 +363,12 @@ out:
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-static int has_suffix(const char *s, const char *suf) {
-    size_t n = strlen(s), m = strlen(suf);
-    return n > m && strcmp(s + n - m, suf) == 0;
+int st_name_ends(const char *name, const char *suffix) {
+    const size_t n = strlen(name), m = strlen(suffix);
+    return n >= m && !strcmp(name + n - m, suffix);
 }
+
+static int has_suffix(const char *s, const char *suf) { return strlen(s) > strlen(suf) && st_name_ends(s, suf); }
 
 static qstatus open_glob(st_set *set, const char *dir) {
     DIR *d = opendir(dir);

@@ -40,6 +40,8 @@ void st_close(st_set *set);
 
 /* NULL if absent. */
 const st_tensor *st_find(const st_set *set, const char *name);
+/* Whether a tensor name ends with suffix (a name's tail names the tensor whatever its prefix convention). */
+int st_name_ends(const char *name, const char *suffix);
 int st_count(const st_set *set);
 const st_tensor *st_at(const st_set *set, int i);
 

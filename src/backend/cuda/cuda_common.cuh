@@ -328,10 +328,35 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+__device__ __forceinline__ double warp_sum(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
+}
+
+/* The greedy choice's combine (argmax, head_argmax): (v, i) replaces the best (bv, bi) if i is an index (>= 0) and v
+ * is larger, or equal at a lower index; bi < 0: none yet. The result does not depend on the order of the takes. */
+__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+    if (i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi))) {
+        bv = v;
+        bi = i;
+    }
+}
+
+/* The warp's best (value, index) by am_take, in every lane. */
+__device__ __forceinline__ void am_warp(float &bv, int &bi) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        am_take(bv, bi, ov, oi);
+    }
 }
 
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024); all threads get the result.

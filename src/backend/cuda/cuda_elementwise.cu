@@ -64,23 +64,6 @@ qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t ga
 #define AM_THREADS 256
 #define AM_CHUNK 4096
 
-__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
-    if (i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi))) {
-        bv = v;
-        bi = i;
-    }
-}
-
-/* The warp's best (value, index) by am_take, in every lane. */
-__device__ __forceinline__ void am_warp(float &bv, int &bi) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        am_take(bv, bi, ov, oi);
-    }
-}
-
 /* part: [rows][chunks] (value, index as float bits); tick: a counter per row, left at zero. */
 __global__ void __launch_bounds__(AM_THREADS) argmax_kernel(const float *__restrict__ x, int n_cols,
                                                             float *__restrict__ part, unsigned *__restrict__ tick,

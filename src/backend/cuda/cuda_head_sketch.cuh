@@ -28,17 +28,20 @@
 /* K a sketch takes: whole 512-value passes of a warp (16 codes a lane), at most HS_MAX_K. */
 static inline bool hs_k_ok(int64_t K) { return K > 0 && K % 512 == 0 && K <= HS_MAX_K; }
 
-__device__ __forceinline__ float hs_warp_max(float v) {
-    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
+/* One group of 64 values, two a lane (v0, v1), cut to codes of at most lim: the group's scale s (its largest magnitude
+ * over lim; 1 where that is 0 or not finite), the lane's codes and their roundings v - s q (exact in f64). */
+struct hs_cut {
+    float s, q0, q1;
+    double e0, e1;
+};
+__device__ __forceinline__ hs_cut hs_cut_group(float v0, float v1, float lim) {
+    const float mx = warp_max(fmaxf(fabsf(v0), fabsf(v1)));
+    hs_cut c;
+    c.s = mx > 0.0f && isfinite(mx) ? mx / lim : 1.0f;
+    c.q0 = fminf(fmaxf(rintf(v0 / c.s), -lim), lim), c.q1 = fminf(fmaxf(rintf(v1 / c.s), -lim), lim);
+    c.e0 = (double)v0 - (double)c.s * c.q0, c.e1 = (double)v1 - (double)c.s * c.q1; /* a float times a small integer */
+    return c;
 }
-__device__ __forceinline__ double hs_warp_sum(double v) {
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-/* A group's scale: its largest magnitude mx over lim (1 where mx is 0 or not finite); v's code at scale s. */
-__device__ __forceinline__ float hs_scale(float mx, float lim) { return mx > 0.0f && isfinite(mx) ? mx / lim : 1.0f; }
-__device__ __forceinline__ float hs_code(float v, float s, float lim) { return fminf(fmaxf(rintf(v / s), -lim), lim); }
 /* sqrt(x) rounded up (a hair more: the f64 sum's own rounding). */
 __device__ __forceinline__ float hs_norm_up(double x) { return __double2float_ru(sqrt(x) * (1.0 + 1e-12)); }
 /* Floats as ints in the same order (for atomicMax), and back. */
@@ -62,16 +65,15 @@ __global__ void hs_build_kernel(const __nv_bfloat16 *__restrict__ W, int64_t V, 
         const __nv_bfloat162 w2 = ((const __nv_bfloat162 *)(W + r * K + (int64_t)g * HS_GROUP))[lane];
         const float w0 = __bfloat162float(w2.x), w1 = __bfloat162float(w2.y);
         fin &= isfinite(w0) && isfinite(w1);
-        const float mx = hs_warp_max(fmaxf(fabsf(w0), fabsf(w1)));
-        const float s = hs_scale(mx, 127.0f), q0 = hs_code(w0, s, 127.0f), q1 = hs_code(w1, s, 127.0f);
-        const double v0 = (double)s * q0, v1 = (double)s * q1; /* exact: a float times a small integer */
-        aa += v0 * v0 + v1 * v1, bb += ((double)w0 - v0) * ((double)w0 - v0) + ((double)w1 - v1) * ((double)w1 - v1);
+        const hs_cut c = hs_cut_group(w0, w1, 127.0f);
+        const double v0 = (double)c.s * c.q0, v1 = (double)c.s * c.q1;
+        aa += v0 * v0 + v1 * v1, bb += c.e0 * c.e0 + c.e1 * c.e1;
         char2 c2;
-        c2.x = (signed char)q0, c2.y = (signed char)q1;
+        c2.x = (signed char)c.q0, c2.y = (signed char)c.q1;
         ((char2 *)(q + r * K + (int64_t)g * HS_GROUP))[lane] = c2;
-        if (lane == 0) sw[r * G + g] = s;
+        if (lane == 0) sw[r * G + g] = c.s;
     }
-    aa = hs_warp_sum(aa), bb = hs_warp_sum(bb);
+    aa = warp_sum(aa), bb = warp_sum(bb);
     if (!__all_sync(0xffffffffu, fin) && lane == 0) atomicOr(bad, 1u);
     if (lane == 0) ab[2 * r] = hs_norm_up(aa), ab[2 * r + 1] = hs_norm_up(bb);
 }
@@ -104,20 +106,18 @@ __global__ void __launch_bounds__(1024) hs_quantize_kernel(const float *__restri
         float h0 = h[g * HS_GROUP + 2 * lane], h1 = h[g * HS_GROUP + 2 * lane + 1];
         if (bf16x) h0 = __bfloat162float(__float2bfloat16_rn(h0)), h1 = __bfloat162float(__float2bfloat16_rn(h1));
         if (!isfinite(h0) || !isfinite(h1)) bad = 1;
-        const float mx = hs_warp_max(fmaxf(fabsf(h0), fabsf(h1)));
-        const float s = hs_scale(mx, 32767.0f), q0 = hs_code(h0, s, 32767.0f), q1 = hs_code(h1, s, 32767.0f);
-        const double e0 = (double)h0 - (double)s * q0, e1 = (double)h1 - (double)s * q1;
-        ee += e0 * e0 + e1 * e1, hh += (double)h0 * h0 + (double)h1 * h1;
+        const hs_cut c = hs_cut_group(h0, h1, 32767.0f);
+        ee += c.e0 * c.e0 + c.e1 * c.e1, hh += (double)h0 * h0 + (double)h1 * h1;
         short2 p2;
-        p2.x = (short)q0, p2.y = (short)q1;
+        p2.x = (short)c.q0, p2.y = (short)c.q1;
         ((short2 *)(w.p + g * HS_GROUP))[lane] = p2;
-        if (lane == 0) w.t[g] = s;
+        if (lane == 0) w.t[g] = c.s;
     }
-    ee = hs_warp_sum(ee), hh = hs_warp_sum(hh);
+    ee = warp_sum(ee), hh = warp_sum(hh);
     if (lane == 0) se[warp] = ee, sh[warp] = hh;
     __syncthreads();
     if (warp == 0) {
-        ee = hs_warp_sum(se[lane]), hh = hs_warp_sum(sh[lane]);
+        ee = warp_sum(se[lane]), hh = warp_sum(sh[lane]);
         if (lane == 0) {
             const float en = hs_norm_up(ee), hn = hs_norm_up(hh);
             w.info[0] = en, w.info[1] = hn;
@@ -167,10 +167,11 @@ __global__ void __launch_bounds__(256, 4) hs_sketch_kernel(const int8_t *__restr
         float acc = 0.0f;
         for (int i0 = 0; i0 < P; i0 += HS_PASSES) {
             uint4 c[HS_PASSES];
-            float s[HS_PASSES]; /* the row's scales with its codes: loaded in the compute loop they waited in turn */
+            float s[HS_PASSES]; /* the scales go out with the codes (in the loop below, each load waited in turn) */
 #pragma unroll
             for (int i = 0; i < HS_PASSES; i++)
-                if (i0 + i < P) c[i] = hs_ld_stream(row + (i0 + i) * 32 + lane), s[i] = __ldg(srow + (i0 + i) * 8 + lane / 4);
+                if (i0 + i < P)
+                    c[i] = hs_ld_stream(row + (i0 + i) * 32 + lane), s[i] = __ldg(srow + (i0 + i) * 8 + lane / 4);
 #pragma unroll
             for (int i = 0; i < HS_PASSES; i++) {
                 if (i0 + i >= P) break;
@@ -179,13 +180,13 @@ __global__ void __launch_bounds__(256, 4) hs_sketch_kernel(const int8_t *__restr
                 acc = fmaf((float)hs_dot16(c[i], hp[0], hp[1]), s[i] * st[k / HS_GROUP], acc);
             }
         }
-        for (int o = 16; o; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        acc = warp_sum(acc);
         const float a = __ldg(ab + 2 * r), b = __ldg(ab + 2 * r + 1);
         const float bound = a * en + b * hn + HS_MARGIN * (a + b) * hn;
         if (lane == 0) w.upper[r] = acc + bound;
         lmax = fmaxf(lmax, acc - bound);
     }
-    lmax = hs_warp_max(lmax);
+    lmax = warp_max(lmax);
     if (lane == 0) bm[threadIdx.x >> 5] = lmax;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -217,33 +218,26 @@ __global__ void hs_gather_kernel(const __nv_bfloat16 *__restrict__ W, int K, hs_
     for (int i = threadIdx.x; i < K / 8; i += blockDim.x) dst[i] = src[i];
 }
 
-/* The first largest of the candidates' logits, as its row: -1 where undecided. One block of 256. */
+/* The first largest of the candidates' logits (argmax's am_take), as its row: -1 where undecided. One block of 256. */
 __global__ void hs_pick_kernel(hs_work w, int32_t *out) {
     cu_pdl_enter();
-    __shared__ float bv[8];
-    __shared__ int bi[8];
+    __shared__ float sv[8];
+    __shared__ int si[8];
     const unsigned n = *w.count;
     bool ok = n > 0 && n <= HS_CAP && w.info[2] == 0.0f, fin = true;
-    float best = -INFINITY;
-    int idx = INT_MAX;
+    float bv = 0.0f;
+    int bi = -1;
     for (unsigned j = threadIdx.x; ok && j < n; j += blockDim.x) {
-        const float v = w.y[j];
-        const int r = w.cand[j];
-        fin &= isfinite(v);
-        if (v > best || (v == best && r < idx)) best = v, idx = r;
+        fin &= isfinite(w.y[j]);
+        am_take(bv, bi, w.y[j], w.cand[j]);
     }
     ok = __syncthreads_and(fin) && ok; /* a logit that is not finite: the full head's argmax decides */
-    for (int o = 16; o; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, best, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (ov > best || (ov == best && oi < idx)) best = ov, idx = oi;
-    }
-    if ((threadIdx.x & 31) == 0) bv[threadIdx.x >> 5] = best, bi[threadIdx.x >> 5] = idx;
+    am_warp(bv, bi);
+    if ((threadIdx.x & 31) == 0) sv[threadIdx.x >> 5] = bv, si[threadIdx.x >> 5] = bi;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int i = 1; i < (int)(blockDim.x >> 5); i++)
-            if (bv[i] > best || (bv[i] == best && bi[i] < idx)) best = bv[i], idx = bi[i];
-        *out = ok && idx != INT_MAX ? idx : -1;
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++) am_take(bv, bi, sv[i], si[i]);
+        *out = ok && bi >= 0 ? bi : -1;
     }
 }
 
