@@ -22,6 +22,9 @@
 
 /* --profile: the per-op GPU time table after each figure (CUDA only; see cuda_profile.cu). */
 static int g_profile;
+/* --temperature, --top-k, --top-p, --min-p: how the decode rows sample (greedy by default), as the server's
+ * streams would (gen_out_row): ids drawn on the backend, or logits downloaded and sampled here, in the step's time. */
+static qsampling g_sampling;
 
 static void profile_reset(void) {
 #ifdef QUILL_HAVE_CUDA
@@ -156,8 +159,12 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
     qwen35_state **states = calloc((size_t)n_streams, sizeof *states);
     qrow *rows = calloc((size_t)n_streams, sizeof *rows);
     int32_t *ids = malloc((size_t)n_streams * sizeof *ids);
+    const int V = m->cfg.vocab_size, host = !sample_on_backend(&g_sampling); /* logits sampled here */
+    float *logits = host ? malloc((size_t)n_streams * V * sizeof *logits) : NULL;
+    sample_cand *work = host ? malloc((size_t)V * sizeof *work) : NULL;
     double times[64];
-    qstatus rc = (!states || !rows || !ids) ? q_fail(Q_ENOMEM, "bench: out of memory") : Q_OK;
+    qstatus rc = (!states || !rows || !ids || (host && (!logits || !work))) ? q_fail(Q_ENOMEM, "bench: out of memory")
+                                                                            : Q_OK;
     for (int s = 0; rc == Q_OK && s < n_streams; s++) {
         rc = qwen35_state_create(m, ctx + steps + 4, &states[s]);
         if (rc == Q_OK) rc = fill_context(m, states[s], ctx);
@@ -165,10 +172,13 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
     if (steps > 64) steps = 64;
     for (int t = -2; rc == Q_OK && t < steps; t++) { /* two warm-up steps */
         for (int s = 0; s < n_streams; s++)
-            rows[s] = (qrow){.stream = s, .pos = states[s]->n_past, .token = ((t + 2) * 31 + s) % 1000 + 1, .flags = QROW_ARGMAX};
+            rows[s] = gen_out_row(&g_sampling, (qrow){.stream = s, .pos = states[s]->n_past,
+                                                      .token = ((t + 2) * 31 + s) % 1000 + 1});
         if (t == 0) profile_reset();
         double t0 = now_s();
-        rc = qwen35_forward_ex(m, rows, n_streams, states, NULL, ids); /* greedy: ids, not logits */
+        rc = qwen35_forward_ex(m, rows, n_streams, states, logits, ids); /* greedy or drawn: ids, not logits */
+        for (int s = 0; host && rc == Q_OK && s < n_streams; s++)
+            ids[s] = sample_token(logits + (size_t)s * V, V, &g_sampling, states[s]->n_past, work);
         if (t >= 0) times[t] = now_s() - t0;
     }
     if (rc == Q_OK) {
@@ -180,6 +190,8 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
     free(states);
     free(rows);
     free(ids);
+    free(logits);
+    free(work);
     return rc;
 }
 
@@ -243,6 +255,7 @@ int cmd_bench(int argc, char **argv) {
     int prefills[8] = {512, 4096, 16384}, n_pre = 3, ctxs[8] = {0, 8192, 32768}, n_ctx = 3;
     int streams[8] = {4, 16, 64}, n_streams = 3, chunk = 512, steps = 32, grow_prefill = 0, kv_type = QKV_BF16;
     int stream_ctx = 512, state_type = QSTATE_F32;
+    g_sampling = qsampling_default();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -250,6 +263,8 @@ int cmd_bench(int argc, char **argv) {
                    "                   [--streams 4,16,64] [--prefill-chunk 512] [--steps 32] [--backend cpu|cuda]\n"
                    "                   [--kv-type bf16|f32|q8] [--stream-context 512]  (the streams' context)\n"
                    "                   [--gdn-state-type f32|bf16]\n"
+                   "                   [--temperature T] [--top-k K] [--top-p P] [--min-p M] [--seed S]\n"
+                   "                                       (decode rows sample so; greedy by default)\n"
                    "                   [--grow-prefill N]  (only: cold N-token prefill through the engine,\n"
                    "                                        K/V whole vs growing in 1024-row steps)\n"
                    "                   [--profile]         (CUDA: per-op GPU time after each figure;\n"
@@ -261,6 +276,7 @@ int cmd_bench(int argc, char **argv) {
         if (!v) { fprintf(stderr, "quill bench: %s needs a value\n", a); return 2; }
         i++;
         long long iv;
+        double dv;
         if (!strcmp(a, "--prefill")) n_pre = parse_list(v, prefills, 8);
         else if (!strcmp(a, "--contexts")) n_ctx = parse_list(v, ctxs, 8);
         else if (!strcmp(a, "--streams")) n_streams = parse_list(v, streams, 8);
@@ -271,8 +287,17 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--kv-type") && !cli_parse_kv_type(v, &kv_type)) {}
         else if (!strcmp(a, "--gdn-state-type") && !cli_parse_gdn_state_type(v, &state_type)) {}
         else if (!strcmp(a, "--stream-context") && !cli_parse_int(v, 0, 1 << 22, &iv)) stream_ctx = (int)iv;
+        else if (!strcmp(a, "--temperature") && !cli_parse_float(v, &dv)) g_sampling.temperature = (float)dv;
+        else if (!strcmp(a, "--top-p") && !cli_parse_float(v, &dv)) g_sampling.top_p = (float)dv;
+        else if (!strcmp(a, "--min-p") && !cli_parse_float(v, &dv)) g_sampling.min_p = (float)dv;
+        else if (!strcmp(a, "--top-k") && !cli_parse_int(v, 0, 1 << 30, &iv)) g_sampling.top_k = (int)iv;
+        else if (!strcmp(a, "--seed") && !cli_parse_int(v, 0, INT64_MAX, &iv)) g_sampling.seed = (uint64_t)iv;
         else { fprintf(stderr, "quill bench: bad option %s %s\n", a, v); return 2; }
         if (n_pre < 0 || n_ctx < 0 || n_streams < 0) { fprintf(stderr, "quill bench: bad list '%s'\n", v); return 2; }
+    }
+    if (qsampling_check(&g_sampling) != Q_OK) {
+        fprintf(stderr, "quill bench: %s\n", q_lasterr());
+        return 2;
     }
     const char *dir = cli_model_dir(model_arg);
     qbackend *be = cli_backend_create(backend, 0);
@@ -298,8 +323,14 @@ int cmd_bench(int argc, char **argv) {
            wb / 1e9);
     /* one greedy stream reads the head's sketch instead of its rows where the backend made one (qwen35_open) */
     const qweight *hd = &m->w.lm_head;
-    const int64_t wb1 = m->w.head_sketch ? wb - qweight_bytes(hd) + qwen35_head_sketch_read_bytes(hd->n_out, hd->n_in)
-                                         : wb;
+    const int greedy = g_sampling.temperature <= 0.0f;
+    const int64_t wb1 = m->w.head_sketch && greedy
+                            ? wb - qweight_bytes(hd) + qwen35_head_sketch_read_bytes(hd->n_out, hd->n_in)
+                            : wb;
+    if (!greedy)
+        printf("decode rows sample: temperature %g, top-k %d, top-p %g, min-p %g (%s)\n", g_sampling.temperature,
+               g_sampling.top_k, g_sampling.top_p, g_sampling.min_p,
+               sample_on_backend(&g_sampling) ? "drawn on the backend" : "logits sampled on the host");
     if (wb1 != wb) printf("one greedy stream reads the lm_head's sketch: %.3f GB a step\n", wb1 / 1e9);
     printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n", bw / 1e9,
            bw > 0 ? bw / (double)wb1 : 0.0);

@@ -58,6 +58,7 @@
 
 #include "../util/log.h"
 #include "engine_internal.h"
+#include "generate.h"
 #include "reqqueue.h"
 #include "slot.h"
 
@@ -82,7 +83,7 @@ struct qengine {
     slot_table slots;
     qrow *rows;                /* [n_parallel + prefill_chunk] the round's rows */
     float *logits;             /* [n_parallel][vocab]: at most one logits row per busy slot */
-    int32_t *greedy;           /* [n_parallel]: the greedy streams' ids (QROW_ARGMAX) */
+    int32_t *greedy;           /* [n_parallel]: the ids chosen on the backend (QROW_ARGMAX, QROW_DRAW) */
     sample_cand *work;         /* [vocab] sampling scratch */
     int *batch;                /* [n_parallel] slots with rows in the round */
     qreq **taken;              /* [queue cap] requests moved out of the queue this round */
@@ -195,7 +196,8 @@ static void stream_commit(qengine *e, int i, const float *logits, int32_t greedy
     const qwen35_config *c = &e->m->cfg;
     /* EXACT(batch): keyed by the stream's own n_past, the position generate() passes (the one the
      * sampled token will occupy); tests/unit/engine/test_engine.c (test_alone_vs_batched). A greedy
-     * stream's id was chosen on the backend (QROW_ARGMAX), by sample_argmax's rule. */
+     * stream's id was chosen on the backend (QROW_ARGMAX), by sample_argmax's rule, and so was a drawn
+     * one (QROW_DRAW: gen_out_row keyed it by the same position, sample_token's draw_row). */
     int32_t tok = logits ? sample_token(logits, c->vocab_size, &r->sampling, s->st->n_past, e->work) : greedy_id;
     s->n_gen++;
     if (!r->ignore_eos && is_eos(c, tok)) {
@@ -269,12 +271,6 @@ static void end_cancelled(qengine *e) {
 
 /* ---- a round ----------------------------------------------------------------------------------- */
 
-/* What a row that samples asks the forward for: a greedy stream only its id (chosen on the backend, no
- * logits downloaded), any other its logits. */
-static uint32_t out_flag(const qreq *r) {
-    return r->sampling.temperature <= 0.0f ? QROW_ARGMAX : QROW_LOGITS;
-}
-
 /* Appends the next prefill chunk of slot i to the round; returns the new row count.
  * EXACT(chunk): the chunk ends at the next multiple of prefill_chunk from position 0 (or at the
  * prompt's end), exactly where generate.c's prefill() cuts, never where a row budget runs out;
@@ -288,8 +284,8 @@ static int add_prefill_rows(qengine *e, int i, int n) {
     if (end > r->n_prompt) end = r->n_prompt;
     for (int p = pos; p < end; p++) {
         int last = p == r->n_prompt - 1;
-        e->rows[n++] = (qrow){.stream = i, .pos = p, .token = r->prompt[p],
-                              .flags = QROW_PREFILL | (last ? out_flag(r) : 0u)};
+        const qrow row = {.stream = i, .pos = p, .token = r->prompt[p], .flags = QROW_PREFILL};
+        e->rows[n++] = last ? gen_out_row(&r->sampling, row) : row;
     }
     return n;
 }
@@ -313,7 +309,7 @@ static void run_round(qengine *e) {
     for (int i = 0; i < t->n; i++) { /* every decoding stream's next row */
         qslot *s = &t->slots[i];
         if (s->phase != SLOT_DECODE || !grow_or_end(e, i, s->st->n_past + 1)) continue;
-        e->rows[n++] = (qrow){.stream = i, .pos = s->st->n_past, .token = s->next_token, .flags = out_flag(s->req)};
+        e->rows[n++] = gen_out_row(&s->req->sampling, (qrow){.stream = i, .pos = s->st->n_past, .token = s->next_token});
         e->batch[n_batch++] = i;
     }
     const int n_decode = n;
@@ -342,7 +338,7 @@ static void run_round(qengine *e) {
         for (int k = 0; k < n_batch; k++) stream_end(e, e->batch[k], -1, QFINISH_ERROR, msg);
         return;
     }
-    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & (QROW_LOGITS | QROW_ARGMAX)) ? 1 : 0);
+    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & (QROW_LOGITS | QROW_ARGMAX | QROW_DRAW)) ? 1 : 0);
     pthread_mutex_lock(&e->mu);
     /* Mixed rounds split the forward's time by rows: a decode row and a prompt row cost about the same
      * in the dense layers, which dominate. */
@@ -356,7 +352,7 @@ static void run_round(qengine *e) {
     for (int k = 0, j = 0, g = 0; k < n; k++) { /* logits and greedy ids come back in row order */
         if (e->rows[k].flags & QROW_LOGITS)
             stream_commit(e, e->rows[k].stream, e->logits + (size_t)(j++) * e->m->cfg.vocab_size, 0);
-        else if (e->rows[k].flags & QROW_ARGMAX)
+        else if (e->rows[k].flags & (QROW_ARGMAX | QROW_DRAW))
             stream_commit(e, e->rows[k].stream, NULL, e->greedy[g++]);
     }
     assert(pf < 0 || t->slots[pf].phase != SLOT_PREFILL || slot_check(t, pf));

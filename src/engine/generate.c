@@ -41,6 +41,18 @@ static int is_eos(const qwen35_config *c, int32_t id) {
     return 0;
 }
 
+qrow gen_out_row(const qsampling *p, qrow row) {
+    if (p->temperature <= 0.0f) {
+        row.flags |= QROW_ARGMAX;
+    } else if (sample_on_backend(p)) {
+        row.flags |= QROW_DRAW;
+        row.draw = sample_draw(p, (int64_t)row.pos + 1);
+    } else {
+        row.flags |= QROW_LOGITS;
+    }
+    return row;
+}
+
 qstatus generate(qwen35_model *m, qwen35_state *st, const int32_t *prompt, int n_prompt,
                  const qgen_params *p, int32_t *out_tokens, float *last_logits, qgen_result *res) {
     const int V = m->cfg.vocab_size;
@@ -65,17 +77,18 @@ qstatus generate(qwen35_model *m, qwen35_state *st, const int32_t *prompt, int n
     if (rc == Q_OK && last_logits)
         for (int i = 0; i < V; i++) last_logits[i] = logits[i];
     qwen35_state *states[1] = {st};
-    /* Greedy decoding asks the backend for the id alone (QROW_ARGMAX, sample_argmax's rule). */
-    const int greedy = p->sampling.temperature <= 0.0f;
-    int32_t greedy_id = -1; /* set by the forward after the first token */
+    /* Greedy decoding asks the backend for the id alone (QROW_ARGMAX, sample_argmax's rule), and so does a draw the
+     * backend can make (QROW_DRAW, sample_token's draw_row, keyed by the position the token takes); other sampling
+     * reads the logits. The first token comes from the prompt's logits, on the host, by the same rules. */
+    int32_t next_id = -1; /* set by the forward after the first token */
     for (int i = 0; rc == Q_OK && i < p->n_predict; i++) {
         int32_t pos = st->n_past;
-        int32_t tok = greedy_id >= 0 ? greedy_id : sample_token(logits, V, &p->sampling, pos, work);
+        int32_t tok = next_id >= 0 ? next_id : sample_token(logits, V, &p->sampling, pos, work);
         out_tokens[res->n_tokens++] = tok;
         if (!p->ignore_eos && is_eos(&m->cfg, tok)) { res->stopped_eos = 1; break; }
         if (i + 1 == p->n_predict) break; /* the last token needs no forward */
-        qrow row = {.stream = 0, .pos = pos, .token = tok, .flags = greedy ? QROW_ARGMAX : QROW_LOGITS};
-        rc = qwen35_forward_ex(m, &row, 1, states, logits, &greedy_id);
+        const qrow row = gen_out_row(&p->sampling, (qrow){.stream = 0, .pos = pos, .token = tok});
+        rc = qwen35_forward_ex(m, &row, 1, states, logits, &next_id);
     }
     res->decode_s = now_s() - t1;
     free(logits);

@@ -1,5 +1,7 @@
-/* sample.c: greedy and filtered sampling (see sample.h). Candidates are ordered by logit, then by id,
- * so ties never depend on sort stability. */
+/* sample.c: greedy and filtered sampling (see sample.h). Candidates are ordered by logit, then by id, so
+ * the filters' sets never depend on how they are found. None of it sorts the vocabulary: top-k keeps a
+ * bounded heap over one scan, top-p pops a heap only as far as its mass reaches, and the draw needs no
+ * order at all (a vocabulary of 248k sorted for every token cost ~50 ms on a server's CPU). */
 #include "sample.h"
 
 #include <math.h>
@@ -18,18 +20,6 @@ qstatus qsampling_check(const qsampling *p) {
     return Q_OK;
 }
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
-double sample_uniform(uint64_t seed, int64_t position) {
-    uint64_t r = splitmix64(splitmix64(seed) ^ (uint64_t)position);
-    return (double)(r >> 11) * (1.0 / 9007199254740992.0); /* 53 bits */
-}
-
 int32_t sample_argmax(const float *logits, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
@@ -37,43 +27,87 @@ int32_t sample_argmax(const float *logits, int n) {
     return best;
 }
 
-static int cand_cmp(const void *a, const void *b) {
-    const sample_cand *x = a, *y = b;
-    if (x->logit != y->logit) return x->logit > y->logit ? -1 : 1;
-    return x->id < y->id ? -1 : (x->id > y->id);
+int sample_on_backend(const qsampling *p) {
+    return p->temperature <= 0.0f || (p->top_k == 0 && p->top_p >= 1.0f);
 }
 
-int32_t sample_token(const float *logits, int n, const qsampling *p, int64_t position,
-                     sample_cand *work) {
-    if (p->temperature <= 0.0f) return sample_argmax(logits, n);
-    int m = 0;
-    for (int i = 0; i < n; i++)
-        if (isfinite(logits[i])) work[m++] = (sample_cand){logits[i], i};
-    if (m == 0) return sample_argmax(logits, n);
-    qsort(work, (size_t)m, sizeof *work, cand_cmp);
-    if (p->top_k > 0 && p->top_k < m) m = p->top_k;
-    /* softmax over the kept candidates at the temperature; logit becomes the probability */
-    double sum = 0.0, max = work[0].logit;
-    for (int i = 0; i < m; i++) {
-        double e = exp(((double)work[i].logit - max) / p->temperature);
-        work[i].logit = (float)e;
-        sum += e;
+qdraw sample_draw(const qsampling *p, int64_t position) {
+    return draw_params(p->temperature, p->min_p, draw_key(p->seed, position));
+}
+
+/* a comes before b: the larger logit, the lower id on ties. */
+static int before(sample_cand a, sample_cand b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+
+/* Sifts h[i] down a heap of n whose root comes first (top = 1) or last (top = 0) in the order. */
+static void sift(sample_cand *h, int n, int i, int top) {
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && before(h[c + 1], h[c]) == top) c++;
+        if (before(h[c], h[i]) != top) return;
+        sample_cand t = h[i];
+        h[i] = h[c], h[c] = t, i = c;
     }
-    double cum = 0.0;
-    int keep = m;
-    for (int i = 0; i < m; i++) {
-        double pi = work[i].logit / sum;
-        if (p->min_p > 0.0f && pi < p->min_p * (work[0].logit / sum)) { keep = i; break; }
-        cum += pi;
-        if (cum >= p->top_p) { keep = i + 1; break; }
-    }
-    if (keep < 1) keep = 1;
+}
+
+/* Moves the first k of w[0..m) in the order to w[0..k) (in no order): a heap of the k best so far whose root is
+ * the last of them, one scan. */
+static void keep_top_k(sample_cand *w, int m, int k) {
+    for (int i = k / 2 - 1; i >= 0; i--) sift(w, k, i, 0);
+    for (int j = k; j < m; j++)
+        if (before(w[j], w[0])) {
+            w[0] = w[j];
+            sift(w, k, 0, 0);
+        }
+}
+
+/* The top-p set of w[0..k) (in order, min-p's cut on the way): the first candidates whose mass
+ * exp((logit - max) / T) reaches top_p of the set's; they end at w[k - n .. k). Returns n. */
+static int keep_top_p(sample_cand *w, int k, double max, const qdraw *d, double top_p) {
     double total = 0.0;
-    for (int i = 0; i < keep; i++) total += work[i].logit;
-    double u = sample_uniform(p->seed, position) * total, acc = 0.0;
-    for (int i = 0; i < keep; i++) {
-        acc += work[i].logit;
-        if (u < acc) return work[i].id;
+    for (int i = 0; i < k; i++) total += exp(((double)w[i].logit - max) / d->temperature);
+    const double target = top_p * total;
+    for (int i = k / 2 - 1; i >= 0; i--) sift(w, k, i, 1);
+    double cum = 0.0;
+    int n = 0;
+    for (int left = k; left > 0 && cum < target;) {
+        const sample_cand c = w[0];
+        if ((double)c.logit - max < d->min_rel) break;
+        w[0] = w[--left]; /* pop: the root goes to the end, where the kept ones collect */
+        sift(w, left, 0, 1);
+        w[left] = c;
+        cum += exp(((double)c.logit - max) / d->temperature);
+        n++;
     }
-    return work[keep - 1].id;
+    return n;
+}
+
+int32_t sample_token(const float *logits, int n, const qsampling *p, int64_t position, sample_cand *work) {
+    if (p->temperature <= 0.0f) return sample_argmax(logits, n);
+    const qdraw d = sample_draw(p, position);
+    if (sample_on_backend(p)) return draw_row(logits, n, &d);
+    int m = 0;
+    float max = 0.0f;
+    for (int i = 0; i < n; i++)
+        if (isfinite(logits[i])) {
+            if (m == 0 || logits[i] > max) max = logits[i];
+            work[m++] = (sample_cand){logits[i], i};
+        }
+    if (m == 0) return sample_argmax(logits, n);
+    const int k = p->top_k > 0 && p->top_k < m ? p->top_k : m;
+    if (k < m) keep_top_k(work, m, k);
+    const sample_cand *c = work;
+    int kept = k;
+    if (p->top_p < 1.0f) {
+        kept = keep_top_p(work, k, max, &d, p->top_p);
+        c = work + k - kept;
+    }
+    int32_t best = -1;
+    double best_s = 0.0;
+    for (int i = 0; i < kept; i++) { /* the draw among them; top-p's set passed min-p already */
+        if ((double)c[i].logit - (double)max < d.min_rel) continue;
+        const double s = draw_score(c[i].logit, d.temperature, d.key, c[i].id);
+        if (best < 0 || s > best_s || (s == best_s && c[i].id < best)) best = c[i].id, best_s = s;
+    }
+    return best; /* >= 0: the largest logit is among the candidates and passes min-p */
 }

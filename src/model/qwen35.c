@@ -37,6 +37,8 @@ typedef struct qwen35_scratch {
     float **p0, **p1;            /* [cap] per-seq state pointers handed to the ops */
     void **kp, **vp;             /* [cap] per-seq K/V caches handed to attention */
     int32_t *host_ids, *host_pos;
+    qdraw *draws;                /* [cap] the id rows' draws, in row order (greedy rows: temperature 0) */
+    int n_draw;                  /* rows asking QROW_DRAW in this batch */
     int head_sketched;           /* the last pass took its greedy id from the head's sketch (an id of -1: undecided) */
 } qwen35_scratch;
 
@@ -75,6 +77,7 @@ static void scratch_free(qbackend *be, qwen35_scratch *s) {
     free(s->vp);
     free(s->host_ids);
     free(s->host_pos);
+    free(s->draws);
     free(s);
 }
 
@@ -113,8 +116,9 @@ static qstatus scratch_create(qbackend *be, const qwen35_config *c, int cap, qwe
     s->vp = calloc((size_t)cap, sizeof *s->vp);
     s->host_ids = calloc((size_t)cap, sizeof *s->host_ids);
     s->host_pos = calloc((size_t)cap, sizeof *s->host_pos);
+    s->draws = calloc((size_t)cap, sizeof *s->draws);
     if (!s->seqs || !s->range_start || !s->range_prefill || !s->range_fused || !s->seq_stream || !s->p0 || !s->p1 ||
-        !s->kp || !s->vp || !s->host_ids || !s->host_pos) {
+        !s->kp || !s->vp || !s->host_ids || !s->host_pos || !s->draws) {
         scratch_free(be, s);
         return q_fail(Q_ENOMEM, "scratch: out of memory");
     }
@@ -197,6 +201,7 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
     qwen35_scratch *s = m->scratch;
     int n_seqs = 0, n_logits = 0, n_argmax = 0;
     s->n_ranges = 0;
+    s->n_draw = 0;
     for (int i = 0; i < n; i++) {
         const qrow *r = &rows[i];
         qwen35_state *st = r->stream >= 0 ? states[r->stream] : NULL;
@@ -235,10 +240,16 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
         }
         s->host_ids[i] = r->token;
         s->host_pos[i] = r->pos;
-        if ((r->flags & QROW_LOGITS) && (r->flags & QROW_ARGMAX))
-            return q_fail(Q_EINVAL, "row %d: asks for logits and for a greedy id", i);
-        n_logits += (r->flags & QROW_LOGITS) != 0;
-        n_argmax += (r->flags & QROW_ARGMAX) != 0;
+        const uint32_t out = r->flags & (QROW_LOGITS | QROW_ARGMAX | QROW_DRAW);
+        if (out & (out - 1)) return q_fail(Q_EINVAL, "row %d: asks for more than one of logits, a greedy id, a drawn id", i);
+        if ((out & QROW_DRAW) && !(r->draw.temperature > 0.0 && isfinite(r->draw.temperature)))
+            return q_fail(Q_EINVAL, "row %d: a draw at temperature %g", i, r->draw.temperature);
+        if ((out & QROW_DRAW) && !m->be->ops->draw) return q_fail(Q_EINVAL, "row %d: the backend has no draw op", i);
+        n_logits += out == QROW_LOGITS;
+        if (out & (QROW_ARGMAX | QROW_DRAW)) {
+            s->n_draw += out == QROW_DRAW;
+            s->draws[n_argmax++] = out == QROW_DRAW ? r->draw : (qdraw){0.0, -INFINITY, 0};
+        }
     }
     s->range_start[s->n_ranges] = n;
     *n_seqs_out = n_seqs;
@@ -505,16 +516,18 @@ static qstatus device_pass(qwen35_model *m, const qrow *rows, int n, int n_seqs,
     } else {
         for (int pass = 0, j = 0; pass < 2; pass++)
             for (int i = 0; i < n; i++)
-                if (rows[i].flags & (pass ? QROW_ARGMAX : QROW_LOGITS))
+                if (rows[i].flags & (pass ? QROW_ARGMAX | QROW_DRAW : QROW_LOGITS))
                     Q_TRY(be->ops->copy(be, s->hl + (j++) * H, s->x + i * H, (size_t)H * sizeof(float)));
         Q_TRY(be->ops->rmsnorm(be, s->hl, H, m->w.final_norm, n_out, (int)H, c->rms_eps, s->hl, H));
     }
-    s->head_sketched = n_out == 1 && n_argmax == 1 && m->w.head_sketch && be->ops->head_argmax;
+    s->head_sketched = n_out == 1 && n_argmax == 1 && s->n_draw == 0 && m->w.head_sketch && be->ops->head_argmax;
     if (s->head_sketched) /* one greedy row: the sketch rules out most of the head's rows (forward_ex: -1) */
         return be->ops->head_argmax(be, s->hl, &m->w.lm_head, m->w.head_sketch, s->ids);
     Q_TRY(be->ops->matmul(be, s->hl, n_out, &m->w.lm_head, s->logits));
-    if (n_argmax > 0) /* s->ids is free again: the embedding read it earlier in stream order */
-        Q_TRY(be->ops->argmax(be, s->logits + (int64_t)n_logits * c->vocab_size, n_argmax, c->vocab_size, s->ids));
+    const float *id_logits = s->logits + (int64_t)n_logits * c->vocab_size;
+    if (n_argmax > 0 && s->n_draw > 0) /* s->ids is free again: the embedding read it earlier in stream order */
+        return be->ops->draw(be, id_logits, n_argmax, c->vocab_size, s->draws, s->ids);
+    if (n_argmax > 0) Q_TRY(be->ops->argmax(be, id_logits, n_argmax, c->vocab_size, s->ids));
     return Q_OK;
 }
 

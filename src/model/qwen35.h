@@ -105,12 +105,14 @@ void qwen35_state_destroy(qwen35_model *m, qwen35_state *st);
 #define QROW_LOGITS 1u  /* return logits for this row */
 #define QROW_PREFILL 2u /* part of a prompt: the GDN chunked rule may run over it */
 #define QROW_ARGMAX 4u  /* return only this row's greedy token id (the logits stay on the backend) */
+#define QROW_DRAW 8u    /* return only this row's drawn token id (backend/draw.h's rule with its `draw`) */
 
 typedef struct qrow {
     int32_t stream; /* index into the states array */
     int32_t pos;
     int32_t token;
     uint32_t flags;
+    qdraw draw;     /* QROW_DRAW: the draw's parameters (engine/sample.c's sample_draw) */
 } qrow;
 
 /* Runs the rows through the model. states[rows[i].stream] is that row's stream. logits: host
@@ -120,8 +122,9 @@ typedef struct qrow {
 qstatus qwen35_forward(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
                        float *logits);
 /* The same, where rows flagged QROW_ARGMAX get their greedy id (the first largest logit, as
- * sample_argmax) in argmax[n_argmax_rows], in row order, computed on the backend: a greedy stream
- * downloads 4 bytes instead of a vocabulary of logits. A row asks for one of the two, not both. */
+ * sample_argmax) and rows flagged QROW_DRAW their drawn id (draw.h) in argmax[n_id_rows], in row order,
+ * computed on the backend: such a stream downloads 4 bytes instead of a vocabulary of logits. A row asks
+ * for one of the three at most. */
 qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n_rows, qwen35_state *const *states,
                           float *logits, int32_t *argmax);
 

@@ -1,5 +1,5 @@
 /* test_cuda_ops.c: the CUDA matmuls (decode tensor-core kernel, prefill GEMM, SIMT fallbacks), norms,
- * elementwise ops and argmax against the CPU reference on random inputs (relative error
+ * elementwise ops, argmax and draw against the CPU reference on random inputs (relative error
  * max|cuda - cpu| / max|cpu| under each op's bound), and EXACT(batch) on the GPU: a row gives
  * bit-identical results alone and among others. Attention and the GDN ops: test_cuda_seq_ops.c; the split rows a
  * producer leaves its consumer (the GLU pair, the gated norm): test_cuda_rows.c.
@@ -479,6 +479,31 @@ static void test_add_rmsnorm_argmax(void) {
     rm(x); rm(r); rm(w); rm(x2); rm(y); rm(y2); rm(lg); rm(ic);
 }
 
+/* draw (draw.h's Gumbel-max rule) picks the CPU's id on a 248k vocabulary: temperatures, min-p (1: the top and its
+ * tie), NaNs and infinities among the logits, a greedy row (NaN first: 0), a row without a finite logit (0). */
+static void test_draw(void) {
+    const int rows = 12, V = 248320;
+    float *l = malloc((size_t)rows * V * sizeof *l);
+    for (size_t i = 0; i < (size_t)rows * V; i++) l[i] = 4.0f * frand();
+    qdraw d[12];
+    for (int r = 0; r < rows; r++) d[r] = draw_params(0.4 + 0.15 * r, r % 3 ? 0.0 : 0.02, draw_key(77, 1000 + r));
+    d[1] = draw_params(0.3, 1.0, draw_key(5, 9)); /* the top and its tie only */
+    l[1 * V + 10] = 20.0f, l[1 * V + 200000] = 20.0f;
+    d[2].temperature = 0.0, l[2 * V] = NAN;                              /* greedy, NaN first: 0 */
+    for (int i = 0; i < V; i++) l[3 * V + i] = i % 2 ? -INFINITY : NAN;  /* no finite logit: argmax's 0 */
+    for (int i = 0; i < V; i += 7) l[4 * V + i] = i % 2 ? NAN : INFINITY; /* never drawn */
+    buf lg = mk((size_t)rows * V * sizeof *l, l), ic = mk(rows * 4, NULL);
+    OK(cpu->ops->draw(cpu, lg.c, rows, V, d, ic.c));
+    OK(gpu->ops->draw(gpu, lg.g, rows, V, d, ic.g));
+    int32_t want[12], got[12];
+    OK(cpu->ops->download(cpu, want, ic.c, sizeof want));
+    OK(gpu->ops->download(gpu, got, ic.g, sizeof got));
+    expect_same("draw (temperatures, min-p, NaN, inf, greedy)", want, got, sizeof want);
+    expect_flag("draw: min-p 1 keeps the tied tops", want[1] == 10 || want[1] == 200000);
+    free(l);
+    rm(lg); rm(ic);
+}
+
 /* swiglu_matmul_prefill (the down projection with swiglu in its input pass) against swiglu then
  * matmul_prefill, bitwise, bf16 and 4-bit, 37 and 129 rows, gate and up 16-byte aligned and not. */
 static void test_swiglu_matmul_prefill(void) {
@@ -514,6 +539,6 @@ int main(void) {
     static void (*const tests[])(void) = {test_matmul, test_matmul_decode, test_matmul_multi, test_matmul_prefill_gemm,
                                           test_swiglu_matmul_prefill, test_norms_and_elementwise,
                                           test_glu_matmul, test_residual_boundary, test_qk_norm_rope,
-                                          test_add_rmsnorm_argmax};
+                                          test_add_rmsnorm_argmax, test_draw};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

@@ -6,6 +6,7 @@
  * - EXACT(chunk): prefill cut into 64-, 128- or 512-row forwards gives bit-identical logits;
  * - EXACT(batch): a stream batched with two others (one prefilling, one decoding) gets bit-identical
  *   logits to the same stream alone;
+ * - ids chosen on the backend (greedy, drawn) are sample_argmax's and draw_row's on the row's logits;
  * - bad batches (gaps, reordered rows, token out of range) are refused with a message;
  * - bf16 and q8 K/V give logits close to f32 K/V (the rounding of the cache is all that differs);
  * - bf16 GDN states give logits close to f32 states. */
@@ -187,6 +188,43 @@ static void test_k_rows_equal_k_passes(void **state) {
     free(scratch);
 }
 
+/* Ids chosen on the backend: six streams at the same point of one prompt (so their logits are the same bits,
+ * EXACT(batch)) ask for logits, a greedy id and four drawn ids (temperatures, min-p, keys); the greedy id is
+ * sample_argmax's and each drawn id draw_row's on those logits. Then a batch of drawn rows alone. */
+static void test_ids_on_backend(void **state) {
+    env *e = *state;
+    const int V = e->V, S = 6;
+    int32_t ids[24];
+    make_prompt(ids, 24, V, 9);
+    float *scratch = malloc((size_t)V * sizeof *scratch), *logits = malloc((size_t)V * sizeof *logits);
+    qwen35_state *st[6];
+    for (int i = 0; i < S; i++) {
+        assert_ok(qwen35_state_create(e->m, 32, &st[i]));
+        assert_ok(prefill(e->m, st[i], ids, 20, 512, scratch));
+    }
+    const qdraw d[4] = {{0.7, -INFINITY, draw_key(1, 21)}, {1.3, -INFINITY, draw_key(2, 21)},
+                        {0.7, 0.7 * log(0.05), draw_key(3, 21)}, {1.0, 0.0, draw_key(4, 21)}};
+    for (int step = 0; step < 2; step++) {
+        qrow rows[6];
+        for (int i = 0; i < S; i++) rows[i] = (qrow){.stream = i, .pos = 20 + step, .token = ids[20 + step]};
+        rows[0].flags = QROW_LOGITS;
+        rows[1].flags = QROW_ARGMAX;
+        for (int j = 0; j < 4; j++) rows[2 + j].flags = QROW_DRAW, rows[2 + j].draw = d[j];
+        int32_t got[5];
+        assert_ok(qwen35_forward_ex(e->m, step ? rows + 2 : rows, step ? 4 : S, st, logits, got));
+        if (step == 1) { /* the drawn rows alone: their logits from stream 0's next step */
+            qrow r0 = {.stream = 0, .pos = 21, .token = ids[21], .flags = QROW_LOGITS};
+            assert_ok(qwen35_forward(e->m, &r0, 1, st, logits));
+        } else {
+            assert_int_equal(got[0], sample_argmax(logits, V));
+        }
+        for (int j = 0; j < 4; j++) assert_int_equal(got[(step ? 0 : 1) + j], draw_row(logits, V, &d[j]));
+    }
+    for (int i = 0; i < S; i++) qwen35_state_destroy(e->m, st[i]);
+    free(scratch);
+    free(logits);
+}
+
 /* The same prompt through f32, bf16 and q8 caches: logits within 1e-2 (bf16 keeps 8 bits of each K/V value)
  * and 3e-2 (q8: 8-bit codes of each head's largest magnitude) relative of f32's; a broken conversion would be
  * far off. Restores the group's cache type. */
@@ -253,15 +291,15 @@ static void test_bad_batches(void **state) {
     qwen35_state *x = NULL;
     assert_ok(qwen35_state_create(e->m, 8, &x));
     float *lg = malloc((size_t)e->V * 2 * sizeof *lg);
-    qrow gap[2] = {{0, 0, 1, 0}, {0, 2, 1, QROW_LOGITS}};
+    qrow gap[2] = {{.stream = 0, .pos = 0, .token = 1, .flags = 0}, {.stream = 0, .pos = 2, .token = 1, .flags = QROW_LOGITS}};
     assert_int_equal(qwen35_forward(e->m, gap, 2, &x, lg), Q_EINVAL);
     assert_non_null(strstr(q_lasterr(), "does not follow"));
-    qrow late = {0, 3, 1, QROW_LOGITS};
+    qrow late = {.stream = 0, .pos = 3, .token = 1, .flags = QROW_LOGITS};
     assert_int_equal(qwen35_forward(e->m, &late, 1, &x, lg), Q_EINVAL);
-    qrow badtok = {0, 0, e->V, QROW_LOGITS};
+    qrow badtok = {.stream = 0, .pos = 0, .token = e->V, .flags = QROW_LOGITS};
     assert_int_equal(qwen35_forward(e->m, &badtok, 1, &x, lg), Q_EINVAL);
     assert_non_null(strstr(q_lasterr(), "vocabulary"));
-    qrow past_ctx = {0, 8, 1, QROW_LOGITS};
+    qrow past_ctx = {.stream = 0, .pos = 8, .token = 1, .flags = QROW_LOGITS};
     assert_int_equal(qwen35_forward(e->m, &past_ctx, 1, &x, lg), Q_EINVAL);
     assert_int_equal(x->n_past, 0);
     free(lg);
@@ -274,6 +312,7 @@ int main(void) {
         cmocka_unit_test(test_chunk_cuts_exact),
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_k_rows_equal_k_passes),
+        cmocka_unit_test(test_ids_on_backend),
         cmocka_unit_test(test_bad_batches),
         cmocka_unit_test(test_kv_types_close),
         cmocka_unit_test(test_gdn_state_types_close),

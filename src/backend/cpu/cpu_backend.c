@@ -161,6 +161,7 @@ static const qbackend_ops cpu_ops = {
     .add = cpu_add,
     .add_rmsnorm = cpu_add_rmsnorm,
     .argmax = cpu_argmax,
+    .draw = cpu_draw,
     .vm_reserve = cpu_vm_reserve,
     .vm_map = cpu_vm_map,
     .vm_unmap = cpu_vm_unmap,

@@ -1,5 +1,5 @@
 /* cpu_elementwise.c: elementwise ops: add, swiglu (silu(gate) * up), mul_sigmoid (the attention
- * output gate, out *= sigmoid(gate)); and argmax per row (greedy decoding).
+ * output gate, out *= sigmoid(gate)); and argmax and draw per row (greedy and sampled decoding).
  * Layout: flat f32 arrays; mul_sigmoid's gate vector v starts at gate + v*gate_stride (the gate is
  * interleaved with the query in q_proj's output, reference 2.3). Invariants: each element is one
  * f32 expression of its own inputs, so results never depend on n or the thread count (EXACT(batch)
@@ -78,5 +78,25 @@ qstatus cpu_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t
             if (v[i] > v[best]) best = i;
         out[r] = best;
     }
+    return Q_OK;
+}
+
+typedef struct draw_job {
+    const float *x;
+    int n_cols;
+    const qdraw *d;
+    int32_t *out;
+} draw_job;
+
+static void draw_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
+    (void)thread_index;
+    const draw_job *j = ctx;
+    for (int64_t r = begin; r < end; r++) j->out[r] = draw_row(j->x + r * j->n_cols, j->n_cols, &j->d[r]);
+}
+
+qstatus cpu_draw(qbackend *be, const float *x, int n_rows, int n_cols, const qdraw *d, int32_t *out) {
+    if (n_rows < 0 || n_cols <= 0) return q_fail(Q_EINVAL, "draw: %d rows of %d", n_rows, n_cols);
+    draw_job job = {x, n_cols, d, out};
+    q_parallel_for(cpu_impl(be)->pool, n_rows, 1, draw_range, &job); /* a row each: rows are independent */
     return Q_OK;
 }

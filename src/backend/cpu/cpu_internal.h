@@ -165,6 +165,7 @@ qstatus cpu_add(qbackend *be, float *x, const float *y, int64_t n);
 qstatus cpu_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim,
                         float eps, float *y);
 qstatus cpu_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out);
+qstatus cpu_draw(qbackend *be, const float *x, int n_rows, int n_cols, const qdraw *d, int32_t *out);
 /* cpu_vm.c: backend.h vm_* (mmap + mprotect + madvise). */
 qstatus cpu_vm_reserve(qbackend *be, size_t bytes, void **base, size_t *granule);
 qstatus cpu_vm_map(qbackend *be, void *base, size_t from, size_t to);

@@ -173,6 +173,7 @@ static qbackend_ops make_ops(void) {
     }
     o.add_rmsnorm = cuda_add_rmsnorm;
     o.argmax = cuda_argmax;
+    o.draw = cuda_draw;
     o.head_sketch_make = cuda_head_sketch_make;
     o.head_sketch_free = cuda_head_sketch_free;
     o.head_argmax = cuda_head_argmax;

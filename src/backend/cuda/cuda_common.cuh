@@ -455,6 +455,7 @@ qstatus cuda_graph_end(qbackend *be, int ok);
 qstatus cuda_add_rmsnorm(qbackend *be, float *x, const float *r, const float *w, int64_t n_vec, int dim, float eps,
                          float *y);
 qstatus cuda_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out);
+qstatus cuda_draw(qbackend *be, const float *x, int n_rows, int n_cols, const qdraw *d, int32_t *out);
 qstatus cuda_head_sketch_make(qbackend *be, const qweight *W, void **sketch, int64_t *bytes);
 void cuda_head_sketch_free(qbackend *be, void *sketch);
 qstatus cuda_head_argmax(qbackend *be, const float *x, const qweight *W, const void *sketch, int32_t *out);

@@ -213,6 +213,7 @@ extern "C" qstatus cuda_profile_enable(qbackend *be) {
     WRAP(add, cuda_add);
     WRAP(add_rmsnorm, cuda_add_rmsnorm);
     WRAP(argmax, cuda_argmax);
+    WRAP(draw, cuda_draw);
     WRAP(head_argmax, cuda_head_argmax);
     o.graph_begin = NULL; /* per-op events need the ops issued one by one */
     o.graph_end = NULL;
