@@ -261,9 +261,10 @@ typedef struct qbackend_ops {
      * sample_argmax (engine/sample.c) does: an element wins only if strictly greater than the best so
      * far, so NaNs never win and x[r][0] = NaN gives 0. x: [n_rows][n_cols]; out: backend int32. */
     qstatus (*argmax)(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out);
-    /* Sampled choice per row: out[r] = draw_row(x[r], n_cols, &d[r]) (draw.h: the Gumbel-max draw; a row at
-     * temperature <= 0 gets argmax's id). d: host memory, n_rows entries; x, out as argmax's. Optional (NULL: the
-     * forward refuses QROW_DRAW rows). */
+    /* Sampled choice per row: out[r] = draw_row(x[r], n_cols, &d[r]) (draw.h: top-k, min-p, top-p and the Gumbel-max
+     * draw; a row at temperature <= 0 gets argmax's id), or -1 where the backend leaves that row to the host (CUDA: a
+     * top-k above 1024, or a top-p set that does not close within the first 1024). d: host memory, n_rows entries;
+     * x, out as argmax's. Optional (NULL: the forward refuses QROW_DRAW rows). */
     qstatus (*draw)(qbackend *be, const float *x, int n_rows, int n_cols, const qdraw *d, int32_t *out);
     /* Optional (NULL: none), for a large bf16 lm_head: a sketch of W (8-bit codes and bounds, backend memory) from
      * which head_argmax finds one row's greedy id reading about half of W's bytes. make leaves *sketch NULL where W

@@ -23,14 +23,27 @@
 #define QD_FN static inline
 #endif
 
-/* One row's draw. temperature <= 0: the greedy choice instead (argmax's rule). min_rel: x_i takes part only if
- * (double)x_i - max >= min_rel, max being the row's largest finite logit (min_p: T log(min_p), a logit's
- * probability at least min_p times the top one's); -INFINITY: all finite logits. key: draw_key(seed, position). */
+/* One row's draw. temperature <= 0: the greedy choice instead (argmax's rule). The candidates, in the order of
+ * their logits (the lower id first among equal ones), are the row's finite logits cut by, in turn:
+ * - top_k > 0: the first top_k;
+ * - min_rel: only those with (double)x_i - max >= min_rel, max the row's largest finite logit (min_p: T log(min_p),
+ *   a probability at least min_p times the top one's; -INFINITY: none cut);
+ * - top_p < 1: the shortest prefix whose mass, sum of exp(((double)x_i - max) / T) in order, reaches top_p of the
+ *   set's (the top_k set's where top_k > 0, else every finite logit's).
+ * The draw picks among what is left. key: draw_key(seed, position). */
 typedef struct qdraw {
     double temperature;
     double min_rel;
+    double top_p;
+    int32_t top_k;
     uint64_t key;
 } qdraw;
+
+/* A candidate: a logit and its id. */
+typedef struct draw_cand {
+    float logit;
+    int32_t id;
+} draw_cand;
 
 /* splitmix64's output function (Steele, Lea and Flood 2014), a strong 64-bit mixer. */
 QD_FN uint64_t draw_mix(uint64_t x) {
@@ -58,20 +71,26 @@ QD_FN double draw_score(float x, double temperature, uint64_t key, int64_t i) {
     return (double)x / temperature + draw_gumbel(key, i);
 }
 
-/* The draw's parameters for a temperature, a min_p (0: none) and a key. */
-QD_FN qdraw draw_params(double temperature, double min_p, uint64_t key) {
+/* The draw's parameters for a temperature, a min_p (0: none), a top_k (0: none), a top_p (1: none) and a key. */
+QD_FN qdraw draw_params(double temperature, double min_p, int top_k, double top_p, uint64_t key) {
     qdraw d;
     d.temperature = temperature;
     d.min_rel = min_p > 0.0 ? temperature * log(min_p) : -INFINITY;
+    d.top_p = top_p;
+    d.top_k = top_k;
     d.key = key;
     return d;
 }
 
-/* The host's draw of one row of n logits (draw.c): the token the rule above gives. A row without a finite logit, or
- * a temperature <= 0, gives the greedy choice (the first largest; NaNs never win; x[0] NaN gives 0). */
+/* Whether the draw is over every finite logit (no top-k, no top-p): no order is needed. */
+QD_FN int draw_whole_row(const qdraw *d) { return d->top_k == 0 && !(d->top_p < 1.0); }
+
+/* The host's draw of one row of n logits (draw.c): the token the rules above give. A row without a finite logit, or
+ * a temperature <= 0, gives the greedy choice (the first largest; NaNs never win; x[0] NaN gives 0). work: n
+ * entries of scratch where top-k or top-p cut (NULL where draw_whole_row). */
 #ifdef __cplusplus
 extern "C"
 #endif
-int32_t draw_row(const float *x, int n, const qdraw *d);
+int32_t draw_row(const float *x, int n, const qdraw *d, draw_cand *work);
 
 #endif

@@ -22,8 +22,8 @@
 
 /* --profile: the per-op GPU time table after each figure (CUDA only; see cuda_profile.cu). */
 static int g_profile;
-/* --temperature, --top-k, --top-p, --min-p: how the decode rows sample (greedy by default), as the server's
- * streams would (gen_out_row): ids drawn on the backend, or logits downloaded and sampled here, in the step's time. */
+/* --temperature, --top-k, --top-p, --min-p, --seed: how the decode rows sample (greedy by default), as the server's
+ * streams do (gen_out_row): ids drawn on the backend. */
 static qsampling g_sampling;
 
 static void profile_reset(void) {
@@ -159,12 +159,8 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
     qwen35_state **states = calloc((size_t)n_streams, sizeof *states);
     qrow *rows = calloc((size_t)n_streams, sizeof *rows);
     int32_t *ids = malloc((size_t)n_streams * sizeof *ids);
-    const int V = m->cfg.vocab_size, host = !sample_on_backend(&g_sampling); /* logits sampled here */
-    float *logits = host ? malloc((size_t)n_streams * V * sizeof *logits) : NULL;
-    sample_cand *work = host ? malloc((size_t)V * sizeof *work) : NULL;
     double times[64];
-    qstatus rc = (!states || !rows || !ids || (host && (!logits || !work))) ? q_fail(Q_ENOMEM, "bench: out of memory")
-                                                                            : Q_OK;
+    qstatus rc = (!states || !rows || !ids) ? q_fail(Q_ENOMEM, "bench: out of memory") : Q_OK;
     for (int s = 0; rc == Q_OK && s < n_streams; s++) {
         rc = qwen35_state_create(m, ctx + steps + 4, &states[s]);
         if (rc == Q_OK) rc = fill_context(m, states[s], ctx);
@@ -176,9 +172,7 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
                                                       .token = ((t + 2) * 31 + s) % 1000 + 1});
         if (t == 0) profile_reset();
         double t0 = now_s();
-        rc = qwen35_forward_ex(m, rows, n_streams, states, logits, ids); /* greedy or drawn: ids, not logits */
-        for (int s = 0; host && rc == Q_OK && s < n_streams; s++)
-            ids[s] = sample_token(logits + (size_t)s * V, V, &g_sampling, states[s]->n_past, work);
+        rc = qwen35_forward_ex(m, rows, n_streams, states, NULL, ids); /* greedy or drawn: ids, not logits */
         if (t >= 0) times[t] = now_s() - t0;
     }
     if (rc == Q_OK) {
@@ -190,8 +184,6 @@ static qstatus bench_decode(qwen35_model *m, int n_streams, int ctx, int steps, 
     free(states);
     free(rows);
     free(ids);
-    free(logits);
-    free(work);
     return rc;
 }
 
@@ -328,9 +320,8 @@ int cmd_bench(int argc, char **argv) {
                             ? wb - qweight_bytes(hd) + qwen35_head_sketch_read_bytes(hd->n_out, hd->n_in)
                             : wb;
     if (!greedy)
-        printf("decode rows sample: temperature %g, top-k %d, top-p %g, min-p %g (%s)\n", g_sampling.temperature,
-               g_sampling.top_k, g_sampling.top_p, g_sampling.min_p,
-               sample_on_backend(&g_sampling) ? "drawn on the backend" : "logits sampled on the host");
+        printf("decode rows sample: temperature %g, top-k %d, top-p %g, min-p %g (drawn on the backend)\n",
+               g_sampling.temperature, g_sampling.top_k, g_sampling.top_p, g_sampling.min_p);
     if (wb1 != wb) printf("one greedy stream reads the lm_head's sketch: %.3f GB a step\n", wb1 / 1e9);
     printf("copy bandwidth %.0f GB/s (read + write) -> decode floor %.1f tokens/s for one stream\n", bw / 1e9,
            bw > 0 ? bw / (double)wb1 : 0.0);

@@ -82,9 +82,7 @@ struct qengine {
     /* engine thread only */
     slot_table slots;
     qrow *rows;                /* [n_parallel + prefill_chunk] the round's rows */
-    float *logits;             /* [n_parallel][vocab]: at most one logits row per busy slot */
-    int32_t *greedy;           /* [n_parallel]: the ids chosen on the backend (QROW_ARGMAX, QROW_DRAW) */
-    sample_cand *work;         /* [vocab] sampling scratch */
+    int32_t *ids;              /* [n_parallel]: the round's tokens, chosen on the backend (QROW_ARGMAX, QROW_DRAW) */
     int *batch;                /* [n_parallel] slots with rows in the round */
     qreq **taken;              /* [queue cap] requests moved out of the queue this round */
 };
@@ -188,17 +186,15 @@ static void stream_end(qengine *e, int i, int32_t tok, qfinish why, const char *
     req_unref(r); /* the engine's reference */
 }
 
-/* Samples slot i's next token from its logits and moves the stream on: PREFILL -> DECODE on its
- * first token, DECODE -> DECODE, or -> DONE on an eos (not handed over) or at max_tokens. */
-static void stream_commit(qengine *e, int i, const float *logits, int32_t greedy_id) {
+/* Takes slot i's next token and moves the stream on: PREFILL -> DECODE on its first token, DECODE ->
+ * DECODE, or -> DONE on an eos (not handed over) or at max_tokens. */
+static void stream_commit(qengine *e, int i, int32_t tok) {
     qslot *s = &e->slots.slots[i];
     qreq *r = s->req;
     const qwen35_config *c = &e->m->cfg;
-    /* EXACT(batch): keyed by the stream's own n_past, the position generate() passes (the one the
-     * sampled token will occupy); tests/unit/engine/test_engine.c (test_alone_vs_batched). A greedy
-     * stream's id was chosen on the backend (QROW_ARGMAX), by sample_argmax's rule, and so was a drawn
-     * one (QROW_DRAW: gen_out_row keyed it by the same position, sample_token's draw_row). */
-    int32_t tok = logits ? sample_token(logits, c->vocab_size, &r->sampling, s->st->n_past, e->work) : greedy_id;
+    /* The token was chosen on the backend: a greedy stream's by sample_argmax's rule (QROW_ARGMAX), a sampled
+     * one's by sample_token's (QROW_DRAW), keyed by the stream's own position as generate() keys it (EXACT(batch);
+     * tests/unit/engine/test_engine.c, test_alone_vs_batched). */
     s->n_gen++;
     if (!r->ignore_eos && is_eos(c, tok)) {
         stream_end(e, i, -1, QFINISH_STOP, NULL);
@@ -327,7 +323,7 @@ static void run_round(qengine *e) {
     if (n > e->max_round_rows) e->max_round_rows = n;
 
     double t0 = req_now();
-    qstatus rc = qwen35_forward_ex(e->m, e->rows, n, t->states, e->logits, e->greedy);
+    qstatus rc = qwen35_forward_ex(e->m, e->rows, n, t->states, NULL, e->ids);
     double dt = req_now() - t0;
     if (rc != Q_OK) {
         /* A failed forward leaves every stream of the batch undefined (qwen35.h): end them all. Their
@@ -338,7 +334,7 @@ static void run_round(qengine *e) {
         for (int k = 0; k < n_batch; k++) stream_end(e, e->batch[k], -1, QFINISH_ERROR, msg);
         return;
     }
-    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & (QROW_LOGITS | QROW_ARGMAX | QROW_DRAW)) ? 1 : 0);
+    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & (QROW_ARGMAX | QROW_DRAW)) ? 1 : 0);
     pthread_mutex_lock(&e->mu);
     /* Mixed rounds split the forward's time by rows: a decode row and a prompt row cost about the same
      * in the dense layers, which dominate. */
@@ -349,12 +345,8 @@ static void run_round(qengine *e) {
     e->stats.decode_seconds += dt * (double)n_decode / n;
     pthread_mutex_unlock(&e->mu);
 
-    for (int k = 0, j = 0, g = 0; k < n; k++) { /* logits and greedy ids come back in row order */
-        if (e->rows[k].flags & QROW_LOGITS)
-            stream_commit(e, e->rows[k].stream, e->logits + (size_t)(j++) * e->m->cfg.vocab_size, 0);
-        else if (e->rows[k].flags & (QROW_ARGMAX | QROW_DRAW))
-            stream_commit(e, e->rows[k].stream, NULL, e->greedy[g++]);
-    }
+    for (int k = 0, j = 0; k < n; k++) /* the ids come back in row order */
+        if (e->rows[k].flags & (QROW_ARGMAX | QROW_DRAW)) stream_commit(e, e->rows[k].stream, e->ids[j++]);
     assert(pf < 0 || t->slots[pf].phase != SLOT_PREFILL || slot_check(t, pf));
 }
 
@@ -420,9 +412,7 @@ void engine_destroy(qengine *e) {
     free(e->mem_rows);
     free(e->mem_charge);
     free(e->rows);
-    free(e->logits);
-    free(e->greedy);
-    free(e->work);
+    free(e->ids);
     free(e->batch);
     free(e->taken);
     free(e);
@@ -446,14 +436,12 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
     if (st == Q_OK) st = reqqueue_init(&e->queue, cap);
     if (st == Q_OK) {
         e->rows = malloc((size_t)(p->n_parallel + p->prefill_chunk) * sizeof *e->rows);
-        e->logits = malloc((size_t)p->n_parallel * (size_t)V * sizeof *e->logits);
-        e->greedy = malloc((size_t)p->n_parallel * sizeof *e->greedy);
-        e->work = malloc((size_t)V * sizeof *e->work);
+        e->ids = malloc((size_t)p->n_parallel * sizeof *e->ids);
         e->batch = malloc((size_t)p->n_parallel * sizeof *e->batch);
         e->taken = malloc((size_t)cap * sizeof *e->taken);
         e->mem_rows = calloc((size_t)p->n_parallel, sizeof *e->mem_rows);
         e->mem_charge = calloc((size_t)p->n_parallel, sizeof *e->mem_charge);
-        if (!e->rows || !e->logits || !e->greedy || !e->work || !e->batch || !e->taken || !e->mem_rows || !e->mem_charge)
+        if (!e->rows || !e->ids || !e->batch || !e->taken || !e->mem_rows || !e->mem_charge)
             st = q_fail(Q_ENOMEM, "engine: out of memory for round buffers (%d slots, vocab %d)",
                         p->n_parallel, V);
     }
@@ -469,8 +457,7 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
         g->weights_bytes = m->w.n_bytes;
         g->gdn_bytes = (int64_t)p->n_parallel * qwen35_gdn_state_bytes(&m->cfg);
         g->host_bytes = (int64_t)((size_t)(p->n_parallel + p->prefill_chunk) * sizeof *e->rows +
-                                  (size_t)p->n_parallel * (size_t)V * sizeof *e->logits +
-                                  (size_t)V * sizeof *e->work);
+                                  (size_t)p->n_parallel * sizeof *e->ids);
         g->kv_bytes_per_row = qwen35_kv_bytes_per_token(&m->cfg);
         g->kv_type = qwen35_kv_type_name(&m->cfg);
         g->gdn_state_type = qwen35_gdn_state_type_name(&m->cfg);

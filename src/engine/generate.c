@@ -44,11 +44,9 @@ static int is_eos(const qwen35_config *c, int32_t id) {
 qrow gen_out_row(const qsampling *p, qrow row) {
     if (p->temperature <= 0.0f) {
         row.flags |= QROW_ARGMAX;
-    } else if (sample_on_backend(p)) {
+    } else {
         row.flags |= QROW_DRAW;
         row.draw = sample_draw(p, (int64_t)row.pos + 1);
-    } else {
-        row.flags |= QROW_LOGITS;
     }
     return row;
 }
@@ -77,9 +75,8 @@ qstatus generate(qwen35_model *m, qwen35_state *st, const int32_t *prompt, int n
     if (rc == Q_OK && last_logits)
         for (int i = 0; i < V; i++) last_logits[i] = logits[i];
     qwen35_state *states[1] = {st};
-    /* Greedy decoding asks the backend for the id alone (QROW_ARGMAX, sample_argmax's rule), and so does a draw the
-     * backend can make (QROW_DRAW, sample_token's draw_row, keyed by the position the token takes); other sampling
-     * reads the logits. The first token comes from the prompt's logits, on the host, by the same rules. */
+    /* The backend picks each token and only its id comes back (gen_out_row: QROW_ARGMAX, sample_argmax's rule, or
+     * QROW_DRAW, sample_token's). The first comes from the prompt's logits, on the host, by the same rules. */
     int32_t next_id = -1; /* set by the forward after the first token */
     for (int i = 0; rc == Q_OK && i < p->n_predict; i++) {
         int32_t pos = st->n_past;

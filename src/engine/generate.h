@@ -29,9 +29,8 @@ qstatus generate(qwen35_model *m, qwen35_state *st, const int32_t *prompt, int n
                  const qgen_params *p, int32_t *out_tokens, float *last_logits, qgen_result *res);
 
 /* Row `row` (its flags' prompt bit kept) as the row whose output samples the next token with p: a greedy stream asks
- * the forward for its id alone (QROW_ARGMAX), a stream the backend can draw for (sample_on_backend) for its drawn id
- * (QROW_DRAW), keyed by the position the token takes (the row's + 1, the one sample_token is given), any other for
- * its logits (QROW_LOGITS). */
+ * the forward for its id (QROW_ARGMAX), any other for its drawn id (QROW_DRAW) keyed by the position the token takes
+ * (the row's + 1, the one sample_token is given). */
 qrow gen_out_row(const qsampling *p, qrow row);
 
 /* Runs prompt rows [0, n) through st in chunks of `chunk` cut at multiples of chunk from position 0

@@ -248,7 +248,7 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
         n_logits += out == QROW_LOGITS;
         if (out & (QROW_ARGMAX | QROW_DRAW)) {
             s->n_draw += out == QROW_DRAW;
-            s->draws[n_argmax++] = out == QROW_DRAW ? r->draw : (qdraw){0.0, -INFINITY, 0};
+            s->draws[n_argmax++] = out == QROW_DRAW ? r->draw : (qdraw){.min_rel = -INFINITY, .top_p = 1.0}; /* greedy */
         }
     }
     s->range_start[s->n_ranges] = n;
@@ -531,6 +531,28 @@ static qstatus device_pass(qwen35_model *m, const qrow *rows, int n, int n_seqs,
     return Q_OK;
 }
 
+/* The drawn ids the backend could not decide (-1: a top-k or top-p set past what it sorts): that row's logits come
+ * to the host, which makes the same draw (draw_row). */
+static qstatus draws_undecided(qwen35_model *m, int n_logits, int n_ids, int32_t *ids) {
+    const qwen35_scratch *s = m->scratch;
+    const int V = m->cfg.vocab_size;
+    float *row = NULL;
+    draw_cand *work = NULL;
+    qstatus st = Q_OK;
+    for (int j = 0; j < n_ids && st == Q_OK; j++) {
+        if (ids[j] >= 0) continue;
+        if (!row && (!(row = malloc((size_t)V * sizeof *row)) || !(work = malloc((size_t)V * sizeof *work)))) {
+            st = q_fail(Q_ENOMEM, "forward: no host memory for a draw's logits");
+            break;
+        }
+        st = m->be->ops->download(m->be, row, s->logits + (int64_t)(n_logits + j) * V, (size_t)V * sizeof *row);
+        if (st == Q_OK) ids[j] = draw_row(row, V, &s->draws[j], work);
+    }
+    free(row);
+    free(work);
+    return st;
+}
+
 qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state *const *states,
                           float *logits, int32_t *argmax) {
     if (n <= 0) return q_fail(Q_EINVAL, "forward: empty batch");
@@ -560,6 +582,7 @@ qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state
         Q_TRY(be->ops->argmax(be, s->logits, 1, c->vocab_size, s->ids));
         Q_TRY(be->ops->download(be, argmax, s->ids, sizeof(int32_t)));
     }
+    if (s->n_draw > 0) Q_TRY(draws_undecided(m, n_logits, n_argmax, argmax));
     if (n_logits == 0) return Q_OK;
     return be->ops->download(be, logits, s->logits, (size_t)n_logits * c->vocab_size * sizeof(float));
 }

@@ -479,27 +479,46 @@ static void test_add_rmsnorm_argmax(void) {
     rm(x); rm(r); rm(w); rm(x2); rm(y); rm(y2); rm(lg); rm(ic);
 }
 
-/* draw (draw.h's Gumbel-max rule) picks the CPU's id on a 248k vocabulary: temperatures, min-p (1: the top and its
- * tie), NaNs and infinities among the logits, a greedy row (NaN first: 0), a row without a finite logit (0). */
+/* draw (draw.h) picks the CPU's id on a 248k vocabulary: temperatures, min-p (1: the top and its tie), NaNs and
+ * infinities among the logits, a greedy row (NaN first: 0), a row without a finite logit (0); top-k (ties at its edge
+ * by id) with and without top-p, top-p alone on a peaked row. A top-k above 1024 and a top-p set past the first 1024
+ * are the host's (-1). */
 static void test_draw(void) {
-    const int rows = 12, V = 248320;
-    float *l = malloc((size_t)rows * V * sizeof *l);
-    for (size_t i = 0; i < (size_t)rows * V; i++) l[i] = 4.0f * frand();
-    qdraw d[12];
-    for (int r = 0; r < rows; r++) d[r] = draw_params(0.4 + 0.15 * r, r % 3 ? 0.0 : 0.02, draw_key(77, 1000 + r));
-    d[1] = draw_params(0.3, 1.0, draw_key(5, 9)); /* the top and its tie only */
+    enum { ROWS = 18 };
+    const int V = 248320;
+    float *l = malloc((size_t)ROWS * V * sizeof *l);
+    for (size_t i = 0; i < (size_t)ROWS * V; i++) l[i] = 4.0f * frand();
+    qdraw d[ROWS];
+    for (int r = 0; r < ROWS; r++) d[r] = draw_params(0.4 + 0.1 * r, r % 3 ? 0.0 : 0.02, 0, 1.0, draw_key(77, 1000 + r));
+    d[1] = draw_params(0.3, 1.0, 0, 1.0, draw_key(5, 9)); /* the top and its tie only */
     l[1 * V + 10] = 20.0f, l[1 * V + 200000] = 20.0f;
     d[2].temperature = 0.0, l[2 * V] = NAN;                              /* greedy, NaN first: 0 */
     for (int i = 0; i < V; i++) l[3 * V + i] = i % 2 ? -INFINITY : NAN;  /* no finite logit: argmax's 0 */
     for (int i = 0; i < V; i += 7) l[4 * V + i] = i % 2 ? NAN : INFINITY; /* never drawn */
-    buf lg = mk((size_t)rows * V * sizeof *l, l), ic = mk(rows * 4, NULL);
-    OK(cpu->ops->draw(cpu, lg.c, rows, V, d, ic.c));
-    OK(gpu->ops->draw(gpu, lg.g, rows, V, d, ic.g));
-    int32_t want[12], got[12];
+    d[6].top_k = 1, d[7].top_k = 20, d[8].top_k = 1024, d[8].top_p = 0.5, d[9].top_k = 40, d[9].top_p = 0.8;
+    d[9].min_rel = d[9].temperature * log(0.3);
+    for (int i = 0; i < V; i++) l[10 * V + i] = i % 3 ? 1.0f : 0.5f;   /* top-k 25 among ties: the lowest ids */
+    d[10].top_k = 25;
+    for (int r = 11; r < 14; r++) /* peaked: 200 logits near 12, so top-p closes within them */
+        for (int i = 0; i < 200; i++) l[(size_t)r * V + (size_t)(i * 1237 + r) % V] = 12.0f + frand();
+    d[11].top_p = 0.9, d[11].temperature = 0.5; /* (at 1.5 the flat rest would outweigh the 200) */
+    d[12].top_p = 0.5, d[12].top_k = 100, d[13].top_p = 0.99, d[13].min_rel = -2.0;
+    d[14].top_p = 0.9;   /* flat: the set runs past 1024, the host's */
+    d[15].top_k = 1025;  /* past 1024: the host's */
+    d[16].top_k = 300000, d[16].top_p = 0.95; /* past the vocabulary: the host's too */
+    d[17].top_p = 0.5, d[17].temperature = 0.01; /* a narrow temperature: a handful of candidates */
+    buf lg = mk((size_t)ROWS * V * sizeof *l, l), ic = mk(ROWS * 4, NULL);
+    OK(cpu->ops->draw(cpu, lg.c, ROWS, V, d, ic.c));
+    OK(gpu->ops->draw(gpu, lg.g, ROWS, V, d, ic.g));
+    int32_t want[ROWS], got[ROWS];
     OK(cpu->ops->download(cpu, want, ic.c, sizeof want));
     OK(gpu->ops->download(gpu, got, ic.g, sizeof got));
-    expect_same("draw (temperatures, min-p, NaN, inf, greedy)", want, got, sizeof want);
+    want[14] = want[15] = want[16] = -1;
+    for (int r = 0; r < ROWS; r++)
+        if (want[r] != got[r]) fprintf(stderr, "draw row %d: cpu %d, gpu %d\n", r, want[r], got[r]);
+    expect_same("draw (temperatures, min-p, top-k, top-p, NaN, inf, greedy)", want, got, sizeof want);
     expect_flag("draw: min-p 1 keeps the tied tops", want[1] == 10 || want[1] == 200000);
+    expect_flag("draw: top-k among ties keeps the lowest ids", want[10] >= 0 && want[10] < 38 && want[10] % 3 != 0);
     free(l);
     rm(lg); rm(ic);
 }

@@ -189,8 +189,8 @@ static void test_k_rows_equal_k_passes(void **state) {
 }
 
 /* Ids chosen on the backend: six streams at the same point of one prompt (so their logits are the same bits,
- * EXACT(batch)) ask for logits, a greedy id and four drawn ids (temperatures, min-p, keys); the greedy id is
- * sample_argmax's and each drawn id draw_row's on those logits. Then a batch of drawn rows alone. */
+ * EXACT(batch)) ask for logits, a greedy id and four drawn ids (temperatures, top-k, top-p, min-p, keys); the greedy
+ * id is sample_argmax's and each drawn id draw_row's on those logits. Then a batch of drawn rows alone. */
 static void test_ids_on_backend(void **state) {
     env *e = *state;
     const int V = e->V, S = 6;
@@ -202,8 +202,9 @@ static void test_ids_on_backend(void **state) {
         assert_ok(qwen35_state_create(e->m, 32, &st[i]));
         assert_ok(prefill(e->m, st[i], ids, 20, 512, scratch));
     }
-    const qdraw d[4] = {{0.7, -INFINITY, draw_key(1, 21)}, {1.3, -INFINITY, draw_key(2, 21)},
-                        {0.7, 0.7 * log(0.05), draw_key(3, 21)}, {1.0, 0.0, draw_key(4, 21)}};
+    const qdraw d[4] = {draw_params(0.7, 0.0, 0, 1.0, draw_key(1, 21)), draw_params(1.3, 0.0, 5, 1.0, draw_key(2, 21)),
+                        draw_params(0.7, 0.05, 0, 0.9, draw_key(3, 21)), draw_params(1.0, 0.0, 3, 0.5, draw_key(4, 21))};
+    draw_cand *work = malloc((size_t)V * sizeof *work);
     for (int step = 0; step < 2; step++) {
         qrow rows[6];
         for (int i = 0; i < S; i++) rows[i] = (qrow){.stream = i, .pos = 20 + step, .token = ids[20 + step]};
@@ -218,11 +219,12 @@ static void test_ids_on_backend(void **state) {
         } else {
             assert_int_equal(got[0], sample_argmax(logits, V));
         }
-        for (int j = 0; j < 4; j++) assert_int_equal(got[(step ? 0 : 1) + j], draw_row(logits, V, &d[j]));
+        for (int j = 0; j < 4; j++) assert_int_equal(got[(step ? 0 : 1) + j], draw_row(logits, V, &d[j], work));
     }
     for (int i = 0; i < S; i++) qwen35_state_destroy(e->m, st[i]);
     free(scratch);
     free(logits);
+    free(work);
 }
 
 /* The same prompt through f32, bf16 and q8 caches: logits within 1e-2 (bf16 keeps 8 bits of each K/V value)

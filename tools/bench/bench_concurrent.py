@@ -26,9 +26,14 @@ TOPICS = ["a lighthouse keeper", "the history of paper", "how compilers work", "
 
 
 def body(i, a):
-    return {"model": a.model, "max_tokens": a.max_tokens, "temperature": a.temperature, "seed": i,
-            "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False},
-            "messages": [{"role": "user", "content": f"Write about {TOPICS[i % len(TOPICS)]} (#{i})."}]}
+    b = {"model": a.model, "max_tokens": a.max_tokens, "temperature": a.temperature, "seed": i,
+         "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False},
+         "messages": [{"role": "user", "content": f"Write about {TOPICS[i % len(TOPICS)]} (#{i})."}]}
+    if a.top_p is not None:
+        b["top_p"] = a.top_p
+    if a.top_k is not None:
+        b["top_k"] = a.top_k
+    return b
 
 
 def run_level(n, a):
@@ -71,6 +76,8 @@ def main():
     ap.add_argument("--levels", default="1,4,16")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--temperature", type=float, default=0.0)
+    ap.add_argument("--top-p", type=float, help="sent as top_p where given")
+    ap.add_argument("--top-k", type=int, help="sent as top_k (vLLM's extension) where given")
     ap.add_argument("--alone", action="store_true", help="check each concurrent hash against a solo run")
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()

@@ -4,6 +4,8 @@
  * interleaved with the query in q_proj's output, reference 2.3). Invariants: each element is one
  * f32 expression of its own inputs, so results never depend on n or the thread count (EXACT(batch)
  * trivially). Not here: embed (cpu_matmul.c), gdn_gates (cpu_gdn.c). */
+#include <stdlib.h>
+
 #include "cpu_internal.h"
 
 #define EW_GRAIN 16384
@@ -86,17 +88,26 @@ typedef struct draw_job {
     int n_cols;
     const qdraw *d;
     int32_t *out;
+    int failed; /* a row's scratch could not be had */
 } draw_job;
 
 static void draw_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
-    const draw_job *j = ctx;
-    for (int64_t r = begin; r < end; r++) j->out[r] = draw_row(j->x + r * j->n_cols, j->n_cols, &j->d[r]);
+    draw_job *j = ctx;
+    for (int64_t r = begin; r < end; r++) {
+        draw_cand *work = draw_whole_row(&j->d[r]) ? NULL : malloc((size_t)j->n_cols * sizeof *work);
+        if (!draw_whole_row(&j->d[r]) && !work) {
+            __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        j->out[r] = draw_row(j->x + r * j->n_cols, j->n_cols, &j->d[r], work);
+        free(work);
+    }
 }
 
 qstatus cpu_draw(qbackend *be, const float *x, int n_rows, int n_cols, const qdraw *d, int32_t *out) {
     if (n_rows < 0 || n_cols <= 0) return q_fail(Q_EINVAL, "draw: %d rows of %d", n_rows, n_cols);
-    draw_job job = {x, n_cols, d, out};
+    draw_job job = {x, n_cols, d, out, 0};
     q_parallel_for(cpu_impl(be)->pool, n_rows, 1, draw_range, &job); /* a row each: rows are independent */
-    return Q_OK;
+    return job.failed ? q_fail(Q_ENOMEM, "draw: no scratch for a row of %d", n_cols) : Q_OK;
 }

@@ -120,10 +120,10 @@ static void test_non_finite_and_greedy(void **state) {
     const float ties[4] = {1.0f, 5.0f, 5.0f, NAN};
     const qsampling g = at(0.0f);
     assert_int_equal(sample_token(ties, 4, &g, 3, work), 1);
-    const qdraw greedy = {0.0, -INFINITY, 99};
-    assert_int_equal(draw_row(ties, 4, &greedy), 1);
+    const qdraw greedy = draw_params(0.0, 0.0, 0, 1.0, 99);
+    assert_int_equal(draw_row(ties, 4, &greedy, NULL), 1);
     const float nan_first[3] = {NAN, 2.0f, 3.0f};
-    assert_int_equal(draw_row(nan_first, 3, &greedy), 0); /* argmax's rule */
+    assert_int_equal(draw_row(nan_first, 3, &greedy, NULL), 0); /* argmax's rule */
 }
 
 static void test_keyed(void **state) {
@@ -172,7 +172,7 @@ static void test_large_vocabulary(void **state) {
             const double s = draw_score(x[i], d.temperature, d.key, i);
             if (plain < 0 || s > best) plain = i, best = s;
         }
-        assert_int_equal(draw_row(x, V, &d), plain);
+        assert_int_equal(draw_row(x, V, &d, NULL), plain);
         assert_int_equal(sample_token(x, V, &p, pos, work), plain);
         p.top_k = 20;
         const int32_t k = sample_token(x, V, &p, pos, work);
