@@ -47,13 +47,6 @@ typedef struct completion {
     int phase;
 } completion;
 
-static uint64_t mix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 static void completion_free(completion *c) {
     if (!c) return;
     if (c->r) engine_release(c->r);
@@ -270,7 +263,7 @@ static int submit(completion *c, oai_error *err, hreply *out) {
     qsrv *s = c->s;
     qreq_params p = {.prompt = c->prompt, .n_prompt = c->n_prompt, .max_tokens = c->max_tokens,
                      .ignore_eos = c->req.ignore_eos, .sampling = c->req.sampling};
-    if (!c->req.has_seed) p.sampling.seed = mix64((uint64_t)time(NULL) ^ mix64(atomic_load(&s->serial)));
+    if (!c->req.has_seed) p.sampling.seed = draw_mix((uint64_t)time(NULL) ^ draw_mix(atomic_load(&s->serial)));
     pthread_rwlock_rdlock(&s->engine_lock);
     qstatus st = Q_EINVAL;
     if (atomic_load(&s->stopping) || !s->engine) {

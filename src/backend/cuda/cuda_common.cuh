@@ -340,9 +340,10 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-/* The greedy choice's combine (argmax, head_argmax): (v, i) replaces the best (bv, bi) if i is an index (>= 0) and v
- * is larger, or equal at a lower index; bi < 0: none yet. The result does not depend on the order of the takes. */
-__device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
+/* The greedy choice's combine (argmax, head_argmax; draw's scores as doubles): (v, i) replaces the best (bv, bi) if i
+ * is an index (>= 0) and v is larger, or equal at a lower index; bi < 0: none yet. The result does not depend on the
+ * order of the takes. */
+template <typename T> __device__ __forceinline__ void am_take(T &bv, int &bi, T v, int i) {
     if (i >= 0 && (bi < 0 || v > bv || (v == bv && i < bi))) {
         bv = v;
         bi = i;
@@ -350,10 +351,10 @@ __device__ __forceinline__ void am_take(float &bv, int &bi, float v, int i) {
 }
 
 /* The warp's best (value, index) by am_take, in every lane. */
-__device__ __forceinline__ void am_warp(float &bv, int &bi) {
+template <typename T> __device__ __forceinline__ void am_warp(T &bv, int &bi) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const T ov = __shfl_xor_sync(0xffffffffu, bv, o);
         const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
         am_take(bv, bi, ov, oi);
     }

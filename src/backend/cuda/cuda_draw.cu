@@ -54,20 +54,6 @@ __global__ void __launch_bounds__(DR_THREADS) draw_max_kernel(const float *__res
     }
 }
 
-/* (s, i) replaces the best (bs, bi) if i is an index and s is larger, or equal at a lower index (am_take's rule on
- * doubles). */
-__device__ __forceinline__ void dr_take(double &bs, int &bi, double s, int i) {
-    if (i >= 0 && (bi < 0 || s > bs || (s == bs && i < bi))) bs = s, bi = i;
-}
-__device__ __forceinline__ void dr_warp(double &bs, int &bi) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        const double os = __shfl_xor_sync(0xffffffffu, bs, o);
-        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        dr_take(bs, bi, os, oi);
-    }
-}
-
 /* part: [rows][chunks] (score, index, mass) as four doubles; rmass: [rows], a top-p row's mass. */
 __global__ void __launch_bounds__(DR_THREADS) draw_kernel(const float *__restrict__ x, int n_cols,
                                                           const __grid_constant__ cu_tab d,
@@ -91,20 +77,20 @@ __global__ void __launch_bounds__(DR_THREADS) draw_kernel(const float *__restric
     for (int i = chunk * DR_CHUNK + threadIdx.x; i < i1; i += DR_THREADS) {
         const float v = xr[i];
         if (greedy) {
-            if (v == v) dr_take(bs, bi, (double)v, i);
+            if (v == v) am_take(bs, bi, (double)v, i);
         } else if (mass) {
             if (isfinite(v)) ms += exp(((double)v - (double)mx) / dr.temperature);
         } else if (whole && isfinite(v) && (double)v - (double)mx >= dr.min_rel &&
                    (bi < 0 || (double)v / dr.temperature + DRAW_G_MAX >= bs)) { /* else it cannot win: no noise */
-            dr_take(bs, bi, draw_score(v, dr.temperature, dr.key, i), i);
+            am_take(bs, bi, draw_score(v, dr.temperature, dr.key, i), i);
         }
     }
-    dr_warp(bs, bi);
+    am_warp(bs, bi);
     ms = warp_sum(ms);
     if (lane == 0) ss[warp] = bs, si[warp] = bi, sm[warp] = ms;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < DR_THREADS / 32; w++) dr_take(bs, bi, ss[w], si[w]), ms += sm[w];
+        for (int w = 1; w < DR_THREADS / 32; w++) am_take(bs, bi, ss[w], si[w]), ms += sm[w];
         double *p = part + 4 * ((int64_t)row * chunks + chunk);
         p[0] = bs, p[1] = (double)bi, p[2] = ms;
         last = cu_ticket_take(tick + row) == (unsigned)(chunks - 1);
@@ -114,10 +100,10 @@ __global__ void __launch_bounds__(DR_THREADS) draw_kernel(const float *__restric
     bs = 0.0, bi = -1, ms = 0.0;
     for (int c = lane; c < chunks; c += 32) {
         const double *p = part + 4 * ((int64_t)row * chunks + c);
-        dr_take(bs, bi, __ldcg(p), (int)__ldcg(p + 1));
+        am_take(bs, bi, __ldcg(p), (int)__ldcg(p + 1));
         ms += __ldcg(p + 2);
     }
-    dr_warp(bs, bi);
+    am_warp(bs, bi);
     ms = warp_sum(ms);
     if (lane == 0) {
         out[row] = greedy && (xr[0] != xr[0] || bi < 0) ? 0 : bi; /* a row draw_pick_kernel takes: its answer later */
@@ -320,11 +306,11 @@ __global__ void __launch_bounds__(DR_PICK) draw_pick_kernel(const float *__restr
     double bs = 0.0;
     int bi = -1;
     if (tid < kept) bs = draw_score(cl[tid], dr.temperature, dr.key, ci[tid]), bi = ci[tid];
-    dr_warp(bs, bi);
+    am_warp(bs, bi);
     if ((tid & 31) == 0) ss[tid >> 5] = bs, si[tid >> 5] = bi;
     __syncthreads();
     if (tid == 0) {
-        for (int w = 1; w < DR_PICK / 32; w++) dr_take(bs, bi, ss[w], si[w]);
+        for (int w = 1; w < DR_PICK / 32; w++) am_take(bs, bi, ss[w], si[w]);
         out[row] = bi;
     }
 }
