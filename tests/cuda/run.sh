@@ -80,6 +80,13 @@ step "compute-sanitizer racecheck: quill run, f32 K/V" compute-sanitizer --tool 
      "$build/quill" run --backend cuda --kv-type f32 --prompt-ids 1,2,3,4,5,6,7,8 -n 4
 step "compute-sanitizer racecheck: quill run (bf16 K/V)" compute-sanitizer --tool racecheck --error-exitcode 9 \
      "$build/quill" run --backend cuda --prompt-ids 1,2,3,4,5,6,7,8 -n 4
+# sampled tokens: the draw's kernels, the pick's radix select, ordered ties and bitonic sort in shared memory
+for tool in memcheck racecheck; do
+  step "compute-sanitizer $tool: quill run sampled (top-k, top-p; whole row, min-p)" bash -c \
+       "compute-sanitizer --tool $tool --error-exitcode 9 '$build/quill' run --backend cuda --prompt-ids 1,2,3 -n 8 \
+        --temperature 0.8 --top-k 20 --top-p 0.9 && compute-sanitizer --tool $tool --error-exitcode 9 '$build/quill' \
+        run --backend cuda --prompt-ids 1,2,3 -n 8 --temperature 0.8 --min-p 0.1"
+done
 # the seq ops test runs the chunked GDN rule's tensor-core kernels and the flash prefill attention (in bf16 mode
 # its double-buffered form): cp.async stages and barriers between phases
 step "compute-sanitizer memcheck: cuda seq ops (chunked GDN, flash)" timeout 150 compute-sanitizer --tool memcheck \
