@@ -305,7 +305,8 @@ static void run_round(qengine *e) {
     for (int i = 0; i < t->n; i++) { /* every decoding stream's next row */
         qslot *s = &t->slots[i];
         if (s->phase != SLOT_DECODE || !grow_or_end(e, i, s->st->n_past + 1)) continue;
-        e->rows[n++] = gen_out_row(&s->req->sampling, (qrow){.stream = i, .pos = s->st->n_past, .token = s->next_token});
+        const qrow row = {.stream = i, .pos = s->st->n_past, .token = s->next_token};
+        e->rows[n++] = gen_out_row(&s->req->sampling, row);
         e->batch[n_batch++] = i;
     }
     const int n_decode = n;

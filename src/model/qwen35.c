@@ -241,14 +241,16 @@ static qstatus plan_seqs(qwen35_model *m, const qrow *rows, int n, qwen35_state 
         s->host_ids[i] = r->token;
         s->host_pos[i] = r->pos;
         const uint32_t out = r->flags & (QROW_LOGITS | QROW_ARGMAX | QROW_DRAW);
-        if (out & (out - 1)) return q_fail(Q_EINVAL, "row %d: asks for more than one of logits, a greedy id, a drawn id", i);
+        if (out & (out - 1))
+            return q_fail(Q_EINVAL, "row %d: asks for more than one of logits, a greedy id, a drawn id", i);
         if ((out & QROW_DRAW) && !(r->draw.temperature > 0.0 && isfinite(r->draw.temperature)))
             return q_fail(Q_EINVAL, "row %d: a draw at temperature %g", i, r->draw.temperature);
         if ((out & QROW_DRAW) && !m->be->ops->draw) return q_fail(Q_EINVAL, "row %d: the backend has no draw op", i);
         n_logits += out == QROW_LOGITS;
         if (out & (QROW_ARGMAX | QROW_DRAW)) {
             s->n_draw += out == QROW_DRAW;
-            s->draws[n_argmax++] = out == QROW_DRAW ? r->draw : (qdraw){.min_rel = -INFINITY, .top_p = 1.0}; /* greedy */
+            const qdraw greedy = {.min_rel = -INFINITY, .top_p = 1.0}; /* temperature 0: argmax's rule */
+            s->draws[n_argmax++] = out == QROW_DRAW ? r->draw : greedy;
         }
     }
     s->range_start[s->n_ranges] = n;

@@ -489,7 +489,8 @@ static void test_draw(void) {
     float *l = malloc((size_t)ROWS * V * sizeof *l);
     for (size_t i = 0; i < (size_t)ROWS * V; i++) l[i] = 4.0f * frand();
     qdraw d[ROWS];
-    for (int r = 0; r < ROWS; r++) d[r] = draw_params(0.4 + 0.1 * r, r % 3 ? 0.0 : 0.02, 0, 1.0, draw_key(77, 1000 + r));
+    for (int r = 0; r < ROWS; r++)
+        d[r] = draw_params(0.4 + 0.1 * r, r % 3 ? 0.0 : 0.02, 0, 1.0, draw_key(77, 1000 + r));
     d[1] = draw_params(0.3, 1.0, 0, 1.0, draw_key(5, 9)); /* the top and its tie only */
     l[1 * V + 10] = 20.0f, l[1 * V + 200000] = 20.0f;
     d[2].temperature = 0.0, l[2 * V] = NAN;                              /* greedy, NaN first: 0 */

@@ -203,7 +203,8 @@ static void test_ids_on_backend(void **state) {
         assert_ok(prefill(e->m, st[i], ids, 20, 512, scratch));
     }
     const qdraw d[4] = {draw_params(0.7, 0.0, 0, 1.0, draw_key(1, 21)), draw_params(1.3, 0.0, 5, 1.0, draw_key(2, 21)),
-                        draw_params(0.7, 0.05, 0, 0.9, draw_key(3, 21)), draw_params(1.0, 0.0, 3, 0.5, draw_key(4, 21))};
+                        draw_params(0.7, 0.05, 0, 0.9, draw_key(3, 21)),
+                        draw_params(1.0, 0.0, 3, 0.5, draw_key(4, 21))};
     draw_cand *work = malloc((size_t)V * sizeof *work);
     for (int step = 0; step < 2; step++) {
         qrow rows[6];
@@ -293,7 +294,8 @@ static void test_bad_batches(void **state) {
     qwen35_state *x = NULL;
     assert_ok(qwen35_state_create(e->m, 8, &x));
     float *lg = malloc((size_t)e->V * 2 * sizeof *lg);
-    qrow gap[2] = {{.stream = 0, .pos = 0, .token = 1, .flags = 0}, {.stream = 0, .pos = 2, .token = 1, .flags = QROW_LOGITS}};
+    qrow gap[2] = {{.stream = 0, .pos = 0, .token = 1, .flags = 0},
+                   {.stream = 0, .pos = 2, .token = 1, .flags = QROW_LOGITS}};
     assert_int_equal(qwen35_forward(e->m, gap, 2, &x, lg), Q_EINVAL);
     assert_non_null(strstr(q_lasterr(), "does not follow"));
     qrow late = {.stream = 0, .pos = 3, .token = 1, .flags = QROW_LOGITS};

@@ -121,7 +121,9 @@ __device__ __forceinline__ unsigned dr_bits(float v) {
     return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 /* a comes before b in the order: the larger logit, the lower id on ties (draw.c's before). */
-__device__ __forceinline__ bool dr_before(float la, int ia, float lb, int ib) { return la > lb || (la == lb && ia < ib); }
+__device__ __forceinline__ bool dr_before(float la, int ia, float lb, int ib) {
+    return la > lb || (la == lb && ia < ib);
+}
 
 /* f(v, i) for every logit of the row, this thread's share: four float4 loads in flight a turn where the row is
  * 16-byte aligned (one load at a time left the pick's passes waiting on L2), then the rest one by one. */

@@ -33,7 +33,8 @@ static void expect_freq(const int *count, const double *prob, int n) {
     for (int i = 0; i < n; i++) {
         const double mean = DRAWS * prob[i], sd = sqrt(DRAWS * prob[i] * (1.0 - prob[i]));
         if (prob[i] == 0.0) assert_int_equal(count[i], 0);
-        else if (fabs(count[i] - mean) > 5.0 * sd + 1.0) fail_msg("token %d drawn %d times, expected %.1f +- %.1f", i, count[i], mean, sd);
+        else if (fabs(count[i] - mean) > 5.0 * sd + 1.0)
+            fail_msg("token %d drawn %d times, expected %.1f +- %.1f", i, count[i], mean, sd);
     }
 }
 
