@@ -6,7 +6,7 @@
 
 #include <stdlib.h>
 
-static int32_t greedy(const float *x, int n) {
+int32_t draw_argmax(const float *x, int n) {
     int32_t best = 0;
     for (int i = 1; i < n; i++)
         if (x[i] > x[best]) best = i;
@@ -86,12 +86,12 @@ static int32_t draw_cut(draw_cand *w, int m, double max, const qdraw *d) {
 
 int32_t draw_row(const float *x, int n, const qdraw *d, draw_cand *work) {
     if (n <= 0) return 0;
-    if (!(d->temperature > 0.0)) return greedy(x, n);
+    if (!(d->temperature > 0.0)) return draw_argmax(x, n);
     float max = 0.0f;
     int m = 0;
     for (int i = 0; i < n; i++)
         if (isfinite(x[i]) && (m++ == 0 || x[i] > max)) max = x[i];
-    if (m == 0) return greedy(x, n);
+    if (m == 0) return draw_argmax(x, n);
     if (!draw_whole_row(d)) {
         for (int i = 0, j = 0; i < n; i++)
             if (isfinite(x[i])) work[j++] = (draw_cand){x[i], i};

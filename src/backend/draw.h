@@ -85,6 +85,13 @@ QD_FN qdraw draw_params(double temperature, double min_p, int top_k, double top_
 /* Whether the draw is over every finite logit (no top-k, no top-p): no order is needed. */
 QD_FN int draw_whole_row(const qdraw *d) { return d->top_k == 0 && !(d->top_p < 1.0); }
 
+/* The greedy choice of a row of n logits: the first index of the largest, each element winning only if strictly
+ * greater than the best so far, so NaNs never win and x[0] NaN gives 0 (the argmax op's rule; draw.c). */
+#ifdef __cplusplus
+extern "C"
+#endif
+int32_t draw_argmax(const float *x, int n);
+
 /* The host's draw of one row of n logits (draw.c): the token the rules above give. A row without a finite logit, or
  * a temperature <= 0, gives the greedy choice (the first largest; NaNs never win; x[0] NaN gives 0). work: n
  * entries of scratch where top-k or top-p cut (NULL where draw_whole_row). */

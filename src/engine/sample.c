@@ -16,12 +16,7 @@ qstatus qsampling_check(const qsampling *p) {
     return Q_OK;
 }
 
-int32_t sample_argmax(const float *logits, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
-    return best;
-}
+int32_t sample_argmax(const float *logits, int n) { return draw_argmax(logits, n); }
 
 qdraw sample_draw(const qsampling *p, int64_t position) {
     return draw_params(p->temperature, p->min_p, p->top_k, p->top_p, draw_key(p->seed, position));

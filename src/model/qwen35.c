@@ -565,7 +565,7 @@ qstatus qwen35_forward_ex(qwen35_model *m, const qrow *rows, int n, qwen35_state
     int n_seqs = 0, n_logits = 0, n_argmax = 0;
     Q_TRY(plan_seqs(m, rows, n, states, &n_seqs, &n_logits, &n_argmax));
     if (n_logits > 0 && !logits) return q_fail(Q_EINVAL, "forward: rows ask for logits but no buffer");
-    if (n_argmax > 0 && !argmax) return q_fail(Q_EINVAL, "forward: rows ask for greedy ids but no buffer");
+    if (n_argmax > 0 && !argmax) return q_fail(Q_EINVAL, "forward: rows ask for greedy or drawn ids but no buffer");
 
     Q_TRY(be->ops->upload(be, s->ids, s->host_ids, (size_t)n * sizeof(int32_t)));
     Q_TRY(be->ops->upload(be, s->pos, s->host_pos, (size_t)n * sizeof(int32_t)));

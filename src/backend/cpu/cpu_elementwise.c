@@ -73,13 +73,7 @@ qstatus cpu_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gat
 qstatus cpu_argmax(qbackend *be, const float *x, int n_rows, int n_cols, int32_t *out) {
     (void)be;
     if (n_rows < 0 || n_cols <= 0) return q_fail(Q_EINVAL, "argmax: %d rows of %d", n_rows, n_cols);
-    for (int r = 0; r < n_rows; r++) {
-        const float *v = x + (int64_t)r * n_cols;
-        int32_t best = 0;
-        for (int i = 1; i < n_cols; i++)
-            if (v[i] > v[best]) best = i;
-        out[r] = best;
-    }
+    for (int r = 0; r < n_rows; r++) out[r] = draw_argmax(x + (int64_t)r * n_cols, n_cols);
     return Q_OK;
 }
 
@@ -95,8 +89,9 @@ static void draw_range(void *ctx, int64_t begin, int64_t end, int thread_index) 
     (void)thread_index;
     draw_job *j = ctx;
     for (int64_t r = begin; r < end; r++) {
-        draw_cand *work = draw_whole_row(&j->d[r]) ? NULL : malloc((size_t)j->n_cols * sizeof *work);
-        if (!draw_whole_row(&j->d[r]) && !work) {
+        const int cut = !draw_whole_row(&j->d[r]); /* top-k / top-p need a row of scratch */
+        draw_cand *work = cut ? malloc((size_t)j->n_cols * sizeof *work) : NULL;
+        if (cut && !work) {
             __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
             continue;
         }
