@@ -2,7 +2,8 @@
  * threads submit, read and cancel through requests (engine_req.c) and never wait on a round.
  *
  * Governing idea (DESIGN.md "Rounds"): each round is ONE qwen35_forward over every decoding stream's
- * next row plus at most one prefill chunk of the oldest stream still prefilling; then each stream that
+ * next row plus whole prefill chunks of the streams still prefilling, oldest first, as many as fit in
+ * prefill_chunk prompt rows (the oldest's chunk always goes); then each stream that
  * produced logits samples and hands its token over on its own. Because every row is computed as if
  * alone (EXACT(batch), tests/golden/test_model_batch.c), prefill is cut where generate() cuts it
  * (EXACT(chunk)) and sampling is keyed by (seed, position) at the same position generate() uses, a
@@ -84,6 +85,7 @@ struct qengine {
     qrow *rows;                /* [n_parallel + prefill_chunk] the round's rows */
     int32_t *ids;              /* [n_parallel]: the round's tokens, chosen on the backend (QROW_ARGMAX, QROW_DRAW) */
     int *batch;                /* [n_parallel] slots with rows in the round */
+    int *order;                /* [n_parallel] the prefilling slots, oldest first (slot_prefill_order) */
     qreq **taken;              /* [queue cap] requests moved out of the queue this round */
 };
 
@@ -267,18 +269,21 @@ static void end_cancelled(qengine *e) {
 
 /* ---- a round ----------------------------------------------------------------------------------- */
 
-/* Appends the next prefill chunk of slot i to the round; returns the new row count.
- * EXACT(chunk): the chunk ends at the next multiple of prefill_chunk from position 0 (or at the
- * prompt's end), exactly where generate.c's prefill() cuts, never where a row budget runs out;
- * tests/unit/engine/test_engine.c runs prompts of 3..150 rows with chunk 64 against generate(). */
-static int add_prefill_rows(qengine *e, int i, int n) {
+/* Rows of slot i's next prefill chunk. EXACT(chunk): the chunk ends at the next multiple of prefill_chunk
+ * from position 0 (or at the prompt's end), exactly where generate.c's prefill() cuts, never where a row
+ * budget runs out; tests/unit/engine/test_engine.c runs prompts of 3..150 rows with chunk 64 against generate(). */
+static int next_chunk_rows(const qengine *e, int i) {
+    const qslot *s = &e->slots.slots[i];
+    const int chunk = e->p.prefill_chunk, pos = s->st->n_past; /* == prompt rows done: the state started at 0 */
+    const int end = (pos / chunk + 1) * chunk;
+    return (end < s->req->n_prompt ? end : s->req->n_prompt) - pos;
+}
+
+/* Appends slot i's next prefill chunk (len rows) to the round; returns the new row count. */
+static int add_prefill_rows(qengine *e, int i, int len, int n) {
     const qslot *s = &e->slots.slots[i];
     const qreq *r = s->req;
-    const int chunk = e->p.prefill_chunk;
-    const int pos = s->st->n_past; /* == prompt rows done: the state started at 0 */
-    int end = (pos / chunk + 1) * chunk;
-    if (end > r->n_prompt) end = r->n_prompt;
-    for (int p = pos; p < end; p++) {
+    for (int p = s->st->n_past, end = p + len; p < end; p++) {
         int last = p == r->n_prompt - 1;
         const qrow row = {.stream = i, .pos = p, .token = r->prompt[p], .flags = QROW_PREFILL};
         e->rows[n++] = last ? gen_out_row(&r->sampling, row) : row;
@@ -310,15 +315,16 @@ static void run_round(qengine *e) {
         e->batch[n_batch++] = i;
     }
     const int n_decode = n;
-    int pf = slot_oldest_prefill(t); /* plus at most one prefill chunk */
-    if (pf >= 0) {
-        int n_before = n;
-        n = add_prefill_rows(e, pf, n);
-        if (grow_or_end(e, pf, e->rows[n - 1].pos + 1)) e->batch[n_batch++] = pf;
-        else {
-            n = n_before;
-            pf = -1;
-        }
+    /* plus whole prefill chunks, oldest stream first, while the round's prompt rows stay within prefill_chunk
+     * (the oldest's chunk always goes): many short prompts share one forward instead of a round each */
+    int n_prefill = 0;
+    for (int k = 0, n_order = slot_prefill_order(t, e->order); k < n_order; k++) {
+        const int i = e->order[k], len = next_chunk_rows(e, i);
+        if (n_prefill > 0 && n_prefill + len > e->p.prefill_chunk) continue;
+        if (!grow_or_end(e, i, t->slots[i].st->n_past + len)) continue;
+        n = add_prefill_rows(e, i, len, n);
+        n_prefill += len;
+        e->batch[n_batch++] = i;
     }
     if (n == 0) return;
     if (n > e->max_round_rows) e->max_round_rows = n;
@@ -335,7 +341,8 @@ static void run_round(qengine *e) {
         for (int k = 0; k < n_batch; k++) stream_end(e, e->batch[k], -1, QFINISH_ERROR, msg);
         return;
     }
-    int n_logits = n_decode + (pf >= 0 && (e->rows[n - 1].flags & (QROW_ARGMAX | QROW_DRAW)) ? 1 : 0);
+    int n_logits = 0;
+    for (int k = 0; k < n; k++) n_logits += (e->rows[k].flags & (QROW_ARGMAX | QROW_DRAW)) != 0;
     pthread_mutex_lock(&e->mu);
     /* Mixed rounds split the forward's time by rows: a decode row and a prompt row cost about the same
      * in the dense layers, which dominate. */
@@ -348,7 +355,8 @@ static void run_round(qengine *e) {
 
     for (int k = 0, j = 0; k < n; k++) /* the ids come back in row order */
         if (e->rows[k].flags & (QROW_ARGMAX | QROW_DRAW)) stream_commit(e, e->rows[k].stream, e->ids[j++]);
-    assert(pf < 0 || t->slots[pf].phase != SLOT_PREFILL || slot_check(t, pf));
+    for (int k = 0; k < n_batch; k++)
+        assert(t->slots[e->batch[k]].phase != SLOT_PREFILL || slot_check(t, e->batch[k]));
 }
 
 /* ---- the engine thread ------------------------------------------------------------------------- */
@@ -415,6 +423,7 @@ void engine_destroy(qengine *e) {
     free(e->rows);
     free(e->ids);
     free(e->batch);
+    free(e->order);
     free(e->taken);
     free(e);
 }
@@ -439,10 +448,11 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
         e->rows = malloc((size_t)(p->n_parallel + p->prefill_chunk) * sizeof *e->rows);
         e->ids = malloc((size_t)p->n_parallel * sizeof *e->ids);
         e->batch = malloc((size_t)p->n_parallel * sizeof *e->batch);
+        e->order = malloc((size_t)p->n_parallel * sizeof *e->order);
         e->taken = malloc((size_t)cap * sizeof *e->taken);
         e->mem_rows = calloc((size_t)p->n_parallel, sizeof *e->mem_rows);
         e->mem_charge = calloc((size_t)p->n_parallel, sizeof *e->mem_charge);
-        if (!e->rows || !e->ids || !e->batch || !e->taken || !e->mem_rows || !e->mem_charge)
+        if (!e->rows || !e->ids || !e->batch || !e->order || !e->taken || !e->mem_rows || !e->mem_charge)
             st = q_fail(Q_ENOMEM, "engine: out of memory for round buffers (%d slots, vocab %d)",
                         p->n_parallel, V);
     }

@@ -1,8 +1,9 @@
 /* engine.h: many streams sharing each forward (continuous batching), run by one engine thread.
  *
- * Rounds (DESIGN.md): each round takes every decoding stream's next row plus at most one prefill chunk
- * (--prefill-chunk rows, cut at multiples of the chunk from position 0: EXACT(chunk)) of the oldest
- * stream still prefilling, runs one qwen35_forward, samples each stream that produced logits, and
+ * Rounds (DESIGN.md): each round takes every decoding stream's next row plus the next prefill chunks
+ * (--prefill-chunk rows, cut at multiples of the chunk from position 0: EXACT(chunk)) of the streams
+ * still prefilling, oldest first, while the round's prompt rows stay within one chunk (the oldest's
+ * always goes), runs one qwen35_forward, samples each stream that produced logits, and
  * hands the tokens over. New requests join between rounds; when all slots are busy, or the K/V
  * budget cannot take the charge of the oldest waiting one (prompt + max_tokens rows), they wait in a
  * bounded FIFO queue. With kv_grow a slot's K/V grows as its stream uses it and is given back when it
@@ -29,7 +30,7 @@
 typedef struct qengine_params {
     int n_parallel;     /* slots: streams decoding at once */
     int n_ctx;          /* positions per slot (may exceed the model's max_position_embeddings) */
-    int prefill_chunk;  /* rows of one prompt per round (default 512) */
+    int prefill_chunk;  /* a prompt's chunk, and the prompt rows of one round (default 512) */
     int queue_cap;      /* requests waiting beyond the slots; more get Q_EFULL (default 64) */
     int kv_grow;        /* --kv-grow / QUILL_KV_GROW: K/V growth step in rows, a multiple of 16; a
                            slot holds this many rows with no stream and grows as used. 0 (default):

@@ -157,12 +157,15 @@ int64_t slot_table_kv_bytes(const qwen35_model *m, const slot_table *t) {
     return sum;
 }
 
-int slot_oldest_prefill(const slot_table *t) {
-    int best = -1;
-    for (int i = 0; i < t->n; i++)
-        if (t->slots[i].phase == SLOT_PREFILL && (best < 0 || t->slots[i].admitted < t->slots[best].admitted))
-            best = i;
-    return best;
+int slot_prefill_order(const slot_table *t, int *out) {
+    int n = 0;
+    for (int i = 0; i < t->n; i++) {
+        if (t->slots[i].phase != SLOT_PREFILL) continue;
+        int j = n++; /* insertion by admission number: a handful of slots, admitted is unique */
+        for (; j > 0 && t->slots[out[j - 1]].admitted > t->slots[i].admitted; j--) out[j] = out[j - 1];
+        out[j] = i;
+    }
+    return n;
 }
 
 int slot_check(const slot_table *t, int i) {

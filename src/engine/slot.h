@@ -74,8 +74,8 @@ int slot_grow_target(const slot_table *t, int i, int need);
 qstatus slot_give_back(slot_table *t, int i);
 /* Backend bytes of K/V the table holds now (mapped, or allocated with kv_grow 0). */
 int64_t slot_table_kv_bytes(const qwen35_model *m, const slot_table *t);
-/* Slot index of the stream in SLOT_PREFILL admitted first, or -1. */
-int slot_oldest_prefill(const slot_table *t);
+/* The slots in SLOT_PREFILL, admitted first first, into out[] (room for t->n); returns how many. */
+int slot_prefill_order(const slot_table *t, int *out);
 /* Nonzero when slot i's invariants hold (for assert). */
 int slot_check(const slot_table *t, int i);
 

@@ -5,7 +5,7 @@
  *   matmuls round x to bf16, QUILL_DECODE_PRECISION=bf16);
  * - EXACT(chunk): prefill cut into 64-, 128- or 512-row forwards gives bit-identical logits;
  * - EXACT(batch): a stream batched with two others (one prefilling, one decoding) gets bit-identical
- *   logits to the same stream alone;
+ *   logits to the same stream alone; so do the prompts of two streams sharing a forward;
  * - ids chosen on the backend (greedy, drawn) are sample_argmax's and draw_row's on the row's logits;
  * - bad batches (gaps, reordered rows, token out of range) are refused with a message;
  * - bf16 and q8 K/V give logits close to f32 K/V (the rounding of the cache is all that differs);
@@ -157,6 +157,62 @@ static void test_batch_invariance(void **state) {
     qwen35_state_destroy(e->m, y);
     qwen35_state_destroy(e->m, z);
     free(scratch);
+}
+
+/* Prompts of several streams in one forward, as the engine packs short prompts into a round: P's whole 40-row
+ * prompt, Q's first 64-row chunk and R's decode row, then Q's last 6 rows and P's and R's decode rows. Every
+ * stream's logits equal its own alone, bitwise (the prompt GEMMs, the prefill attention and the chunked rule
+ * meet rows of two streams in one call). */
+static void test_prompts_share_forward(void **state) {
+    env *e = *state;
+    const int V = e->V;
+    int32_t pp[41], pq[71], pr[31];
+    make_prompt(pp, 41, V, 11);
+    make_prompt(pq, 71, V, 12);
+    make_prompt(pr, 31, V, 13);
+    float *alone = malloc((size_t)6 * V * sizeof *alone), *shared = malloc((size_t)6 * V * sizeof *shared);
+    qwen35_state *s[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) assert_ok(qwen35_state_create(e->m, 128, &s[i]));
+    /* alone: P's prompt and next row, Q's prompt (chunks of 64) and next row, R's row at 30 */
+    assert_ok(prefill(e->m, s[0], pp, 40, 64, alone));
+    assert_ok(prefill(e->m, s[1], pq, 70, 64, alone + V));
+    assert_ok(prefill(e->m, s[2], pr, 30, 64, alone + 5 * (size_t)V));
+    qrow r0 = {.stream = 0, .pos = 30, .token = pr[30], .flags = QROW_LOGITS};
+    assert_ok(qwen35_forward(e->m, &r0, 1, &s[2], alone + 2 * (size_t)V));
+    r0 = (qrow){.stream = 0, .pos = 40, .token = pp[40], .flags = QROW_LOGITS};
+    assert_ok(qwen35_forward(e->m, &r0, 1, &s[0], alone + 3 * (size_t)V));
+    r0 = (qrow){.stream = 0, .pos = 70, .token = pq[70], .flags = QROW_LOGITS};
+    assert_ok(qwen35_forward(e->m, &r0, 1, &s[1], alone + 4 * (size_t)V));
+    /* together: R (stream 2) is at position 30 before the first shared forward */
+    for (int i = 0; i < 3; i++) qwen35_state_reset(e->m, s[i]);
+    assert_ok(prefill(e->m, s[2], pr, 30, 64, shared + 5 * (size_t)V));
+    qrow rows[120];
+    int n = 0;
+    for (int j = 0; j < 40; j++) rows[n++] = (qrow){.stream = 0, .pos = j, .token = pp[j], .flags = QROW_PREFILL};
+    rows[n - 1].flags |= QROW_LOGITS;
+    for (int j = 0; j < 64; j++) rows[n++] = (qrow){.stream = 1, .pos = j, .token = pq[j], .flags = QROW_PREFILL};
+    rows[n++] = (qrow){.stream = 2, .pos = 30, .token = pr[30], .flags = QROW_LOGITS};
+    float *out = malloc((size_t)3 * V * sizeof *out);
+    assert_ok(qwen35_forward(e->m, rows, n, s, out)); /* logits: P's last prompt row, R's row */
+    memcpy(shared, out, (size_t)V * sizeof *out);
+    memcpy(shared + 2 * (size_t)V, out + V, (size_t)V * sizeof *out);
+    n = 0;
+    rows[n++] = (qrow){.stream = 0, .pos = 40, .token = pp[40], .flags = QROW_LOGITS};
+    for (int j = 64; j < 70; j++) rows[n++] = (qrow){.stream = 1, .pos = j, .token = pq[j], .flags = QROW_PREFILL};
+    rows[n - 1].flags |= QROW_LOGITS;
+    assert_ok(qwen35_forward(e->m, rows, n, s, out)); /* P's next row, Q's last prompt row */
+    memcpy(shared + 3 * (size_t)V, out, (size_t)V * sizeof *out);
+    memcpy(shared + (size_t)V, out + V, (size_t)V * sizeof *out);
+    r0 = (qrow){.stream = 0, .pos = 70, .token = pq[70], .flags = QROW_LOGITS};
+    assert_ok(qwen35_forward(e->m, &r0, 1, &s[1], shared + 4 * (size_t)V));
+    static const char *what[5] = {"P's prompt", "Q's prompt", "R's decode row", "P's next row", "Q's next row"};
+    for (int i = 0; i < 5; i++)
+        if (memcmp(alone + (size_t)i * V, shared + (size_t)i * V, (size_t)V * sizeof(float)) != 0)
+            fail_msg("%s: logits differ when prompts of two streams share a forward", what[i]);
+    for (int i = 0; i < 3; i++) qwen35_state_destroy(e->m, s[i]);
+    free(alone);
+    free(shared);
+    free(out);
 }
 
 /* EXACT(draft): k decode rows of one stream in one pass (as a draft block is verified) give the same
@@ -315,6 +371,7 @@ int main(void) {
         cmocka_unit_test(test_prefill_then_decode),
         cmocka_unit_test(test_chunk_cuts_exact),
         cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_prompts_share_forward),
         cmocka_unit_test(test_k_rows_equal_k_passes),
         cmocka_unit_test(test_ids_on_backend),
         cmocka_unit_test(test_bad_batches),

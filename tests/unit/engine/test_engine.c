@@ -3,6 +3,7 @@
  *   through an engine with 4 slots, prefill chunks of 64 and a queue of 16 give identical token
  *   hashes, greedy and sampled (temperature 0.8, own seeds) streams sharing rounds; the statistics
  *   add up and the streams did share rounds;
+ * - short prompts share a round's prefill rows (3 rounds for prompts of 128, 9, 12 and 15 rows, chunk 64);
  * - the queue: with 1 slot and queue_cap 2 the 4th concurrent request gets Q_EFULL;
  * - cancel: a running stream ends CANCELLED at the next round, a waiting one never starts, and the
  *   freed slot's next tenant gives the same tokens as alone;
@@ -118,6 +119,42 @@ static void alone_vs_batched(env *e, int flip) {
 
 static void test_alone_vs_batched(void **state) { alone_vs_batched(*state, 0); }
 static void test_alone_vs_batched_flipped(void **state) { alone_vs_batched(*state, 1); }
+
+/* ---- prompts sharing a round ------------------------------------------------------------------- */
+
+/* Short prompts share a round's prefill rows (up to prefill_chunk of them): A's 128-row prompt takes two whole
+ * rounds of 64 rows while B, C and D (9 + 12 + 15 rows) wait, then all three run in the third round, where one
+ * prompt a round took a round each (5 rounds). With max_tokens 1 every stream ends at its last prompt row, so the
+ * rounds are counted exactly; the submits take microseconds, A's rounds much longer. Tokens as alone. */
+static void test_prompts_share_round(void **state) {
+    env *e = *state;
+    static const int lens[4] = {128, 9, 12, 15};
+    int32_t prompts[4][128], ref[4][2], got[4][2];
+    qsampling sp = qsampling_default();
+    for (int s = 0; s < 4; s++) {
+        make_prompt(prompts[s], lens[s], e->V, 300u + (unsigned)s);
+        assert_int_equal(run_alone_ctx(e, prompts[s], lens[s], 1, sp, 1, ref[s]), 1);
+    }
+    qengine *eng = make_engine(e, 4, 4);
+    qreq *r[4];
+    for (int s = 0; s < 4; s++) {
+        qreq_params rp = {.prompt = prompts[s], .n_prompt = lens[s], .max_tokens = 1, .sampling = sp, .ignore_eos = 1};
+        assert_ok(engine_submit(eng, &rp, &r[s]));
+    }
+    for (int s = 0; s < 4; s++) {
+        qfinish fin;
+        assert_int_equal(collect(r[s], got[s], 2, &fin), 1);
+        assert_int_equal(fin, QFINISH_LENGTH);
+        assert_int_equal(got[s][0], ref[s][0]);
+        engine_release(r[s]);
+    }
+    qengine_stats st;
+    engine_get_stats(eng, &st);
+    printf("  4 prompts (128, 9, 12, 15 rows, chunk 64) in %llu rounds\n", (unsigned long long)st.rounds);
+    assert_int_equal(st.rounds, 3);
+    assert_true(st.prompt_tokens == 128 + 9 + 12 + 15);
+    engine_destroy(eng);
+}
 
 /* ---- queue ------------------------------------------------------------------------------------ */
 
@@ -396,6 +433,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alone_vs_batched),
         cmocka_unit_test(test_alone_vs_batched_flipped),
+        cmocka_unit_test(test_prompts_share_round),
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_cancel_and_reuse),
         cmocka_unit_test(test_eos),
