@@ -9,7 +9,9 @@
  *   same   rows of calls with m = 1, 7, 200 at offsets 0, 61, 3000 bitwise equal to those rows of the
  *          4096-row call (EXACT(batch)), and a launch of two weights (the shape and its first 32 rows)
  *          equal to their own launches
- *   us, TF median time of one call (CUDA events) and 2 m n K / time, for the wgmma kernel and cuBLAS.
+ *   us, TF median time of one call (CUDA events) and 2 m n K / time, for the wgmma kernel and cuBLAS;
+ *   then a second table: each tile's time at 32..1024 rows, which one wg_gemm takes, and the small tile's outputs
+ *   bitwise the large tile's at every row count.
  * Outputs are poisoned (NaN) before the checked calls. Exit 1 on a failed check. */
 #include <math.h>
 #include <stdint.h>
@@ -88,7 +90,49 @@ template <typename F> static float median_us(F f) {
     return t[t.size() / 2];
 }
 
+/* The two tiles at prompt sizes: times of each (forced) and whether the small tile's outputs are the large tile's. */
+#define N_TILE_ROWS 6
+static const int k_tile_rows[N_TILE_ROWS] = {32, 64, 128, 256, 512, 1024};
+struct tile_row {
+    int n, K, same;
+    float large[N_TILE_ROWS], small[N_TILE_ROWS];
+    char pick[N_TILE_ROWS];
+};
+static tile_row tile_rows(const uint16_t *x, const uint16_t *xl, const uint16_t *w, float *y, float *ys, int n, int K,
+                          int *fails) {
+    tile_row t;
+    memset(&t, 0, sizeof t);
+    t.n = n, t.K = K, t.same = 1;
+    wg_args a;
+    memset(&a, 0, sizeof a);
+    a.x[0] = (const __nv_bfloat16 *)x, a.x[1] = (const __nv_bfloat16 *)xl;
+    a.products = 2, a.xsel[0] = 1, a.xsel[1] = 0, a.count = 1;
+    a.w[0][0] = a.w[0][1] = (const __nv_bfloat16 *)w;
+    a.n[0] = n;
+    for (int j = 0; j < N_TILE_ROWS; j++) {
+        const int m = k_tile_rows[j];
+        a.y[0] = y;
+        CK(cudaMemset(y, 0xFF, (size_t)m * n * 4));
+        CK(cudaMemset(ys, 0xFF, (size_t)m * n * 4));
+        CK(wg_launch<wg_large>(wg_gemm_kernel, &a, m, K, 0));
+        a.y[0] = ys;
+        CK(wg_launch<wg_small>(wg_gemm_small_kernel, &a, m, K, 0));
+        CK(cudaDeviceSynchronize());
+        std::vector<float> hl((size_t)m * n), hs((size_t)m * n);
+        CK(cudaMemcpy(hl.data(), y, hl.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hs.data(), ys, hs.size() * 4, cudaMemcpyDeviceToHost));
+        t.same &= memcmp(hl.data(), hs.data(), hl.size() * 4) == 0;
+        t.large[j] = median_us([&] { CK(wg_launch<wg_large>(wg_gemm_kernel, &a, m, K, 0)); });
+        t.small[j] = median_us([&] { CK(wg_launch<wg_small>(wg_gemm_small_kernel, &a, m, K, 0)); });
+        t.pick[j] = wg_use_small(&a, m) ? 'S' : 'L';
+    }
+    *fails += !t.same;
+    return t;
+}
+
 int main(void) {
+    tile_row tiles[8];
+    int n_tiles = 0;
     static const int shapes[][2] = {{12288, 4096}, {4096, 12288}, {4096, 4096}, {8192, 4096}, {1024, 4096}, {32, 4096}};
     int fails = 0;
     if (!wg_available()) { fprintf(stderr, "needs a compute capability 9.0 device and an sm_90a build\n"); return 1; }
@@ -196,6 +240,7 @@ int main(void) {
         fails += !ok;
         printf("%5dx%-6d | %10.2e | %10.2e | %9.2e | %-4s | %8.1f %6.1f | %9.1f %6.1f%s\n", n, K, err, err2, cerr,
                same ? "yes" : "NO", tw, fl / tw * 1e-6, tc, fl / tc * 1e-6, ok ? "" : "  FAILED");
+        tiles[n_tiles++] = tile_rows(x, xl, w, y, ys, n, K, &fails);
         CK(cudaFree(x));
         CK(cudaFree(xl));
         CK(cudaFree(w));
@@ -204,6 +249,17 @@ int main(void) {
         CK(cudaFree(ys));
     }
     CB(cublasDestroy(h));
+    printf("\nthe two tiles (2 products, as split-mode bf16 weights), us a call: large 128x256 / small 64x128, and the\n"
+           "tile wg_gemm takes (L / S); bits: the small tile's outputs equal the large tile's\n");
+    printf("shape        ");
+    for (int r : k_tile_rows) printf(" | m %-15d", r);
+    printf(" | bits\n");
+    for (int i = 0; i < n_tiles; i++) {
+        printf("%5dx%-6d ", tiles[i].n, tiles[i].K);
+        for (int j = 0; j < N_TILE_ROWS; j++)
+            printf(" | %6.1f / %6.1f %c", tiles[i].large[j], tiles[i].small[j], tiles[i].pick[j]);
+        printf(" | %s\n", tiles[i].same ? "same" : "DIFFER");
+    }
     printf("%s: %d failed\n", fails ? "FAILED" : "ok", fails);
     return fails != 0;
 }

@@ -8,5 +8,5 @@ nvcc=${NVCC:-/usr/local/cuda/bin/nvcc}
 bin=${OUT:-/tmp}/bench_wgmma
 "$nvcc" -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Isrc -Werror=all-warnings -Xptxas -v \
   ${WG_FLAGS:-} tests/cuda/bench_wgmma.cu -lcublas -o "$bin" 2>"$bin.ptxas.txt" || { cat "$bin.ptxas.txt"; exit 1; }
-grep -A2 "wg_gemm_kernel" "$bin.ptxas.txt" | grep -E "Used|spill" | head -2
+grep -A2 "wg_gemm" "$bin.ptxas.txt" | grep -E "Used|spill" | head -4
 "$bin"

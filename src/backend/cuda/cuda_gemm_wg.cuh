@@ -5,7 +5,7 @@
  * path ran its sm80-class kernel (~430 TF/s); a kernel of our own keeps a row's result independent of how
  * many rows share the call by construction (below) and runs at wgmma rates.
  *
- * Work: a block of 3 warpgroups computes 128 rows x 256 outputs. Warpgroup 0 is the producer: one thread
+ * Work: a block of 3 warpgroups computes 128 rows x 256 outputs (the large tile). Warpgroup 0 is the producer: one thread
  * issues the tensor-memory-accelerator (TMA) copies of each K tile (64 wide: one 128-byte row of bf16) of x
  * (128 rows) and W (256 rows) into one of WG_STAGES shared-memory stages, in the 128-byte swizzle the wgmma
  * descriptors name, and the copy engine signals the stage's `full` barrier. Warpgroups 1 and 2 consume: each
@@ -16,6 +16,11 @@
  * gates' 32 outputs) rides along with the large ones instead of running a launch of a few blocks.
  * Up to 3 products run through the one accumulator, smallest first (the split precision's hi.lo and lo.hi,
  * then hi.hi: the small terms add up at their own scale before the large ones arrive).
+ * The small tile (wg_small): a producer and one consumer warpgroup, 64 rows x 128 outputs, two blocks an SM.
+ * A launch whose large tiles would not fill the GPU a few times over takes it (wg_gemm): a prompt of 32 rows
+ * against a 4096-output weight is 16 large blocks on 132 SMs, each computing 128 rows of which 96 are zeros.
+ * An output's instructions are the same in both: m64n128k16 over its 64-row, 128-column piece, at the same
+ * place in the instruction (row0 and col0 are multiples of 64 and 128), in the same K and product order.
  *
  * EXACT(batch): an output is one block's accumulation over the products and K in a fixed order, by the same
  * instruction sequence whatever m is, and a row's inputs never meet another row's, so a row's result does
@@ -24,6 +29,7 @@
 #ifndef QUILL_CUDA_GEMM_WG_CUH
 #define QUILL_CUDA_GEMM_WG_CUH
 
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda.h> /* CUtensorMap and its enums (types only: the encoder comes from the runtime's entry point) */
@@ -32,17 +38,18 @@
 #include "cuda_mma.cuh"
 #include "cuda_wgmma.cuh"
 
-#define WG_BM 128 /* rows of x per block: 2 consumer warpgroups x 64 */
-#define WG_BN 256 /* outputs per block */
 #define WG_BK 64  /* K per stage: one 128-byte swizzle row of bf16 */
 #ifndef WG_STAGES
 #define WG_STAGES 4
 #endif
-#define WG_THREADS 384 /* producer warpgroup + 2 consumers */
-#define WG_X_BYTES (WG_BM * WG_BK * 2) /* 16 KB */
-#define WG_W_BYTES (WG_BN * WG_BK * 2) /* 32 KB */
-#define WG_STAGE_BYTES (WG_X_BYTES + WG_W_BYTES)
-#define WG_SMEM (WG_STAGES * WG_STAGE_BYTES + 1024) /* + slack to align the stages to 1024 bytes */
+/* A block's tile: CW consumer warpgroups of 64 rows each, NH halves of 128 outputs, S stages. */
+template <int CW, int NH, int S> struct wg_tile {
+    static constexpr int BM = 64 * CW, BN = 128 * NH, THREADS = 128 * (1 + CW), STAGES = S;
+    static constexpr int X_BYTES = BM * WG_BK * 2, STAGE_BYTES = X_BYTES + BN * WG_BK * 2;
+    static constexpr int SMEM = S * STAGE_BYTES + 1024; /* + slack to align the stages to 1024 bytes */
+};
+typedef wg_tile<2, 2, WG_STAGES> wg_large; /* 128 x 256, 4 stages of 48 KB: 193 KB, one block an SM */
+typedef wg_tile<1, 1, WG_STAGES> wg_small; /* 64 x 128, 4 stages of 24 KB: 97 KB, two blocks an SM */
 #define WG_GROUP_M 16 /* row blocks that take the weight blocks in turn (L2 reuse of both operands) */
 #define WG_PRODUCTS 3
 
@@ -142,26 +149,26 @@ struct wg_job {
     int xsel[WG_PRODUCTS];
 };
 
-/* grid (ceil(m / 128) * nb0[count]), WG_THREADS threads, WG_SMEM bytes of dynamic shared memory.
- * K % 64 == 0. Tile t of the K loop is k-tile t % KT of product t / KT. */
-__global__ void __launch_bounds__(WG_THREADS, 1)
-    wg_gemm_kernel(const __grid_constant__ wg_job job, int m, int K) {
+/* grid (ceil(m / T::BM) * nb0[count]), T::THREADS threads, T::SMEM bytes of dynamic shared memory, job made for T's
+ * boxes and nb0. K % 64 == 0. Tile t of the K loop is k-tile t % KT of product t / KT. */
+template <class T, int CW, int NH>
+__device__ __forceinline__ void wg_gemm_body(const wg_job &job, int m, int K) {
     extern __shared__ unsigned char wg_smem[];
-    __shared__ __align__(8) uint64_t full[WG_STAGES], empty[WG_STAGES];
+    __shared__ __align__(8) uint64_t full[T::STAGES], empty[T::STAGES];
     const uint32_t base = (cu_smem_addr(wg_smem) + 1023u) & ~1023u;
     const int KT = K / WG_BK, NT = KT * job.products, wgi = threadIdx.x >> 7;
     /* block -> tile: WG_GROUP_M row blocks walk the column blocks together */
-    const int nbm = (m + WG_BM - 1) / WG_BM, nbn = job.nb0[job.count], per_group = WG_GROUP_M * nbn;
+    const int nbm = (m + T::BM - 1) / T::BM, nbn = job.nb0[job.count], per_group = WG_GROUP_M * nbn;
     const int group = (int)blockIdx.x / per_group, first = group * WG_GROUP_M;
     const int gsize = min(nbm - first, WG_GROUP_M), in_group = (int)blockIdx.x % per_group;
-    const int row0 = (first + in_group % gsize) * WG_BM, nb = in_group / gsize;
+    const int row0 = (first + in_group % gsize) * T::BM, nb = in_group / gsize;
     int wi = 0;
     while (wi + 1 < job.count && nb >= job.nb0[wi + 1]) wi++;
-    const int col0 = (nb - job.nb0[wi]) * WG_BN, n = job.n[wi];
+    const int col0 = (nb - job.nb0[wi]) * T::BN, n = job.n[wi];
     if (threadIdx.x == 0) {
-        for (int s = 0; s < WG_STAGES; s++) {
+        for (int s = 0; s < T::STAGES; s++) {
             wg_bar_init(cu_smem_addr(&full[s]), 1);
-            wg_bar_init(cu_smem_addr(&empty[s]), 8); /* every consumer warp */
+            wg_bar_init(cu_smem_addr(&empty[s]), 4 * CW); /* every consumer warp */
         }
 #if WG_ON
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -169,57 +176,57 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
     }
     __syncthreads();
     if (wgi == 0) { /* producer */
-        wg_setmaxnreg_dec<40>();
+        if (CW == 2) wg_setmaxnreg_dec<40>();
         if (threadIdx.x != 0) return;
         for (int t = 0; t < NT; t++) {
-            const int s = t % WG_STAGES, p = t / KT, k = (t % KT) * WG_BK;
-            if (t >= WG_STAGES) wg_bar_wait(cu_smem_addr(&empty[s]), (uint32_t)((t / WG_STAGES - 1) & 1));
-            const uint32_t bar = cu_smem_addr(&full[s]), st = base + (uint32_t)s * WG_STAGE_BYTES;
-            wg_bar_expect(bar, WG_STAGE_BYTES);
+            const int s = t % T::STAGES, p = t / KT, k = (t % KT) * WG_BK;
+            if (t >= T::STAGES) wg_bar_wait(cu_smem_addr(&empty[s]), (uint32_t)((t / T::STAGES - 1) & 1));
+            const uint32_t bar = cu_smem_addr(&full[s]), st = base + (uint32_t)s * T::STAGE_BYTES;
+            wg_bar_expect(bar, T::STAGE_BYTES);
             wg_tma_load(st, &job.x[job.xsel[p]], k, row0, bar);
-            wg_tma_load(st + WG_X_BYTES, &job.w[wi][p], k, col0, bar);
+            wg_tma_load(st + T::X_BYTES, &job.w[wi][p], k, col0, bar);
         }
         return;
     }
-    wg_setmaxnreg_inc<232>();
+    if (CW == 2) wg_setmaxnreg_inc<232>();
     const int c = wgi - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    float d0[64], d1[64]; /* outputs 0..127 and 128..255 of the block */
+    float d[NH][64]; /* outputs 128 h .. 128 h + 127 of the block */
 #pragma unroll
-    for (int i = 0; i < 64; i++) d0[i] = 0.0f, d1[i] = 0.0f;
+    for (int h = 0; h < NH; h++)
+#pragma unroll
+        for (int i = 0; i < 64; i++) d[h][i] = 0.0f;
     for (int t = 0; t < NT; t++) {
-        const int s = t % WG_STAGES;
-        wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / WG_STAGES) & 1));
-        const uint32_t a = base + (uint32_t)s * WG_STAGE_BYTES + c * 64 * 128, b = a - c * 64 * 128 + WG_X_BYTES;
-        wg_pin(d0);
-        wg_pin(d1);
+        const int s = t % T::STAGES;
+        wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / T::STAGES) & 1));
+        const uint32_t a = base + (uint32_t)s * T::STAGE_BYTES + c * 64 * 128, b = a - c * 64 * 128 + T::X_BYTES;
+#pragma unroll
+        for (int h = 0; h < NH; h++) wg_pin(d[h]);
         wg_fence();
 #pragma unroll
-        for (int k = 0; k < WG_BK / 16; k++) {
-            wg_mma(d0, wg_desc(a + 32 * k), wg_desc(b + 32 * k));
-            wg_mma(d1, wg_desc(a + 32 * k), wg_desc(b + 128 * 128 + 32 * k));
-        }
+        for (int k = 0; k < WG_BK / 16; k++)
+#pragma unroll
+            for (int h = 0; h < NH; h++) wg_mma(d[h], wg_desc(a + 32 * k), wg_desc(b + h * 128 * 128 + 32 * k));
         wg_commit();
         wg_wait<1>(); /* the batch of tile t - 1 is done: its stage may be refilled */
-        wg_pin(d0);
-        wg_pin(d1);
-        if (t > 0 && lane == 0) wg_bar_arrive(cu_smem_addr(&empty[(t - 1) % WG_STAGES]));
+#pragma unroll
+        for (int h = 0; h < NH; h++) wg_pin(d[h]);
+        if (t > 0 && lane == 0) wg_bar_arrive(cu_smem_addr(&empty[(t - 1) % T::STAGES]));
     }
     wg_wait<0>();
-    wg_pin(d0);
-    wg_pin(d1);
-    /* d[4 j + q]: row 16 warp + lane / 4 (+ 8 for q >= 2), column 8 j + 2 (lane % 4) (+ 1 for odd q) */
+#pragma unroll
+    for (int h = 0; h < NH; h++) wg_pin(d[h]);
+    /* d[h][4 j + q]: row 16 warp + lane / 4 (+ 8 for q >= 2), column 128 h + 8 j + 2 (lane % 4) (+ 1 for odd q) */
     const int64_t r = row0 + c * 64 + warp * 16 + (lane >> 2);
     float *__restrict__ y = job.y[wi];
 #pragma unroll
-    for (int half = 0; half < 2; half++)
+    for (int half = 0; half < NH; half++)
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             const int64_t col = col0 + half * 128 + j * 8 + 2 * (lane & 3);
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int64_t rr = r + 8 * h;
-                const float v0 = half ? d1[4 * j + 2 * h] : d0[4 * j + 2 * h];
-                const float v1 = half ? d1[4 * j + 2 * h + 1] : d0[4 * j + 2 * h + 1];
+                const float v0 = d[half][4 * j + 2 * h], v1 = d[half][4 * j + 2 * h + 1];
                 if (rr >= m) continue;
                 if (col + 1 < n && !(n & 1)) { /* col is even: 8-byte aligned */
                     *(float2 *)(y + rr * n + col) = make_float2(v0, v1);
@@ -229,6 +236,17 @@ __global__ void __launch_bounds__(WG_THREADS, 1)
                 if (col + 1 < n) y[rr * n + col + 1] = v1;
             }
         }
+}
+
+/* The two tiles as kernels: the large one sizes its warpgroups' registers with setmaxnreg (40 + 2 x 232); the small
+ * one runs two blocks an SM at the 128 registers a thread the launch gives (bench_wgmma, session 41: 8 stages at one
+ * block an SM were 3-11 % faster on grids of fewer blocks than SMs, 20-35 % slower on grids of 64-128 blocks). */
+__global__ void __launch_bounds__(wg_large::THREADS, 1) wg_gemm_kernel(const __grid_constant__ wg_job job, int m, int K) {
+    wg_gemm_body<wg_large, 2, 2>(job, m, K);
+}
+__global__ void __launch_bounds__(wg_small::THREADS, 2)
+    wg_gemm_small_kernel(const __grid_constant__ wg_job job, int m, int K) {
+    wg_gemm_body<wg_small, 1, 1>(job, m, K);
 }
 
 /* The tensor map of a row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of box_k x box_rows (64: one
@@ -263,40 +281,79 @@ struct wg_args {
     int n[WG_WEIGHTS];
 };
 
-/* A plain launch: prompt work does not use programmatic launch. */
-static inline cudaError_t wg_gemm(const wg_args *a, int m, int K, cudaStream_t st) {
-    static int attr; /* racing first callers set the same value */
-    if (!attr) {
-        const cudaError_t e =
-            cudaFuncSetAttribute(wg_gemm_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, WG_SMEM);
-        if (e != cudaSuccess) return e;
-        attr = 1;
-    }
-    if (a->products < 1 || a->products > WG_PRODUCTS || a->count < 1 || a->count > WG_WEIGHTS || K % WG_BK)
-        return cudaErrorInvalidValue;
-    wg_job job;
-    memset(&job, 0, sizeof job);
-    job.products = a->products, job.count = a->count;
+/* The job's maps and column blocks for tile T. */
+template <class T> static inline cudaError_t wg_job_make(wg_job *job, const wg_args *a, int m, int K) {
+    memset(job, 0, sizeof *job);
+    job->products = a->products, job->count = a->count;
     for (int j = 0; j < 2; j++) {
         if (!a->x[j]) continue;
-        const cudaError_t e = wg_map(&job.x[j], a->x[j], m, K, WG_BM);
+        const cudaError_t e = wg_map(&job->x[j], a->x[j], m, K, T::BM);
         if (e != cudaSuccess) return e;
     }
     for (int p = 0; p < a->products; p++) {
         if (a->xsel[p] < 0 || a->xsel[p] > 1 || !a->x[a->xsel[p]]) return cudaErrorInvalidValue;
-        job.xsel[p] = a->xsel[p];
+        job->xsel[p] = a->xsel[p];
     }
     for (int i = 0; i < a->count; i++) {
-        job.y[i] = a->y[i], job.n[i] = a->n[i];
-        job.nb0[i + 1] = job.nb0[i] + (a->n[i] + WG_BN - 1) / WG_BN;
+        job->y[i] = a->y[i], job->n[i] = a->n[i];
+        job->nb0[i + 1] = job->nb0[i] + (a->n[i] + T::BN - 1) / T::BN;
         for (int p = 0; p < a->products; p++) {
-            const cudaError_t e = wg_map(&job.w[i][p], a->w[i][p], a->n[i], K, WG_BN);
+            const cudaError_t e = wg_map(&job->w[i][p], a->w[i][p], a->n[i], K, T::BN);
             if (e != cudaSuccess) return e;
         }
     }
-    const int blocks = ((m + WG_BM - 1) / WG_BM) * job.nb0[a->count];
-    wg_gemm_kernel<<<blocks, WG_THREADS, WG_SMEM, st>>>(job, m, K);
+    return cudaSuccess;
+}
+
+/* Blocks of tile T for the launch. */
+template <class T> static inline int64_t wg_blocks(const wg_args *a, int m) {
+    int64_t nb = 0;
+    for (int i = 0; i < a->count; i++) nb += (a->n[i] + T::BN - 1) / T::BN;
+    return (int64_t)((m + T::BM - 1) / T::BM) * nb;
+}
+
+template <class T> static inline cudaError_t wg_launch(void (*kernel)(wg_job, int, int), const wg_args *a, int m,
+                                                       int K, cudaStream_t st) {
+    static int attr; /* racing first callers set the same value */
+    if (!attr) {
+        const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::SMEM);
+        if (e != cudaSuccess) return e;
+        attr = 1;
+    }
+    wg_job job;
+    const cudaError_t e = wg_job_make<T>(&job, a, m, K);
+    if (e != cudaSuccess) return e;
+    kernel<<<(unsigned)wg_blocks<T>(a, m), T::THREADS, T::SMEM, st>>>(job, m, K);
     return cudaGetLastError();
+}
+
+/* Which tile a launch takes: the large one when its blocks would fill at least WG_LARGE_FILL / 8 of the SMs, else
+ * the small one (bench_wgmma's table: at 64 large blocks on 132 SMs the small tile is faster on every 9B shape, at 96
+ * the large one). QUILL_WG_TILE=large or small forces one (read once; the A/B). Either gives every output the same
+ * bits (the top comment), so the choice may follow m. */
+#ifndef WG_LARGE_FILL
+#define WG_LARGE_FILL 5
+#endif
+static inline int wg_use_small(const wg_args *a, int m) {
+    static int force = -1, sms; /* racing first callers store the same values */
+    if (force < 0) {
+        const char *v = getenv("QUILL_WG_TILE");
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
+                                                      cudaSuccess)
+            sms = 132;
+        force = v && !strcmp(v, "large") ? 1 : v && !strcmp(v, "small") ? 2 : 0;
+    }
+    if (force) return force == 2;
+    return wg_blocks<wg_large>(a, m) * 8 < (int64_t)WG_LARGE_FILL * sms;
+}
+
+/* A plain launch: prompt work does not use programmatic launch. */
+static inline cudaError_t wg_gemm(const wg_args *a, int m, int K, cudaStream_t st) {
+    if (a->products < 1 || a->products > WG_PRODUCTS || a->count < 1 || a->count > WG_WEIGHTS || K % WG_BK)
+        return cudaErrorInvalidValue;
+    if (wg_use_small(a, m)) return wg_launch<wg_small>(wg_gemm_small_kernel, a, m, K, st);
+    return wg_launch<wg_large>(wg_gemm_kernel, a, m, K, st);
 }
 
 #endif
