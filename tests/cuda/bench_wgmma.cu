@@ -249,8 +249,8 @@ int main(void) {
         CK(cudaFree(ys));
     }
     CB(cublasDestroy(h));
-    printf("\nthe two tiles (2 products, as split-mode bf16 weights), us a call: large 128x256 / small 64x128, and the\n"
-           "tile wg_gemm takes (L / S); bits: the small tile's outputs equal the large tile's\n");
+    printf("\nthe two tiles (2 products, as split-mode bf16 weights), us a call: large 128x256 / small 64x128,\n"
+           "and the tile wg_gemm takes (L / S); bits: the small tile's outputs equal the large tile's\n");
     printf("shape        ");
     for (int r : k_tile_rows) printf(" | m %-15d", r);
     printf(" | bits\n");

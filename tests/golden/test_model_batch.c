@@ -160,16 +160,15 @@ static void test_batch_invariance(void **state) {
 }
 
 /* Prompts of several streams in one forward, as the engine packs short prompts into a round: P's whole 40-row
- * prompt, Q's first 64-row chunk and R's decode row, then Q's last 6 rows and P's and R's decode rows. Every
- * stream's logits equal its own alone, bitwise (the prompt GEMMs, the prefill attention and the chunked rule
+ * prompt, Q's first 64-row chunk and R's decode row; then P's next row and Q's last 6 prompt rows; then Q's next row.
+ * Every stream's logits equal its own alone, bitwise (the prompt GEMMs, the prefill attention and the chunked rule
  * meet rows of two streams in one call). */
 static void test_prompts_share_forward(void **state) {
     env *e = *state;
     const int V = e->V;
-    int32_t pp[41], pq[71], pr[31];
-    make_prompt(pp, 41, V, 11);
-    make_prompt(pq, 71, V, 12);
-    make_prompt(pr, 31, V, 13);
+    int32_t p[3][71]; /* P, Q, R */
+    for (int i = 0; i < 3; i++) make_prompt(p[i], 71, V, 11u + (unsigned)i);
+    const int32_t *pp = p[0], *pq = p[1], *pr = p[2];
     float *alone = malloc((size_t)6 * V * sizeof *alone), *shared = malloc((size_t)6 * V * sizeof *shared);
     qwen35_state *s[3] = {NULL, NULL, NULL};
     for (int i = 0; i < 3; i++) assert_ok(qwen35_state_create(e->m, 128, &s[i]));

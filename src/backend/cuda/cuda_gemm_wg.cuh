@@ -5,8 +5,8 @@
  * path ran its sm80-class kernel (~430 TF/s); a kernel of our own keeps a row's result independent of how
  * many rows share the call by construction (below) and runs at wgmma rates.
  *
- * Work: a block of 3 warpgroups computes 128 rows x 256 outputs (the large tile). Warpgroup 0 is the producer: one thread
- * issues the tensor-memory-accelerator (TMA) copies of each K tile (64 wide: one 128-byte row of bf16) of x
+ * Work: a block of 3 warpgroups computes 128 rows x 256 outputs (the large tile). Warpgroup 0 is the producer: one
+ * thread issues the tensor-memory-accelerator (TMA) copies of each K tile (64 wide: one 128-byte row of bf16) of x
  * (128 rows) and W (256 rows) into one of WG_STAGES shared-memory stages, in the 128-byte swizzle the wgmma
  * descriptors name, and the copy engine signals the stage's `full` barrier. Warpgroups 1 and 2 consume: each
  * its 64 rows of the x tile times the 256 weight rows (two wgmma.m64n128k16 per k16), then every consumer
@@ -17,8 +17,8 @@
  * Up to 3 products run through the one accumulator, smallest first (the split precision's hi.lo and lo.hi,
  * then hi.hi: the small terms add up at their own scale before the large ones arrive).
  * The small tile (wg_small): a producer and one consumer warpgroup, 64 rows x 128 outputs, two blocks an SM.
- * A launch whose large tiles would not fill the GPU a few times over takes it (wg_gemm): a prompt of 32 rows
- * against a 4096-output weight is 16 large blocks on 132 SMs, each computing 128 rows of which 96 are zeros.
+ * A launch whose large tiles would leave most SMs idle takes it (wg_use_small): a prompt of 32 rows against a
+ * 4096-output weight is 16 large blocks on 132 SMs, each computing 128 rows of which 96 are zeros.
  * An output's instructions are the same in both: m64n128k16 over its 64-row, 128-column piece, at the same
  * place in the instruction (row0 and col0 are multiples of 64 and 128), in the same K and product order.
  *
@@ -42,9 +42,9 @@
 #ifndef WG_STAGES
 #define WG_STAGES 4
 #endif
-/* A block's tile: CW consumer warpgroups of 64 rows each, NH halves of 128 outputs, S stages. */
-template <int CW, int NH, int S> struct wg_tile {
-    static constexpr int BM = 64 * CW, BN = 128 * NH, THREADS = 128 * (1 + CW), STAGES = S;
+/* A block's tile: C consumer warpgroups of 64 rows each, H halves of 128 outputs, S stages. */
+template <int C, int H, int S> struct wg_tile {
+    static constexpr int CW = C, NH = H, BM = 64 * C, BN = 128 * H, THREADS = 128 * (1 + C), STAGES = S;
     static constexpr int X_BYTES = BM * WG_BK * 2, STAGE_BYTES = X_BYTES + BN * WG_BK * 2;
     static constexpr int SMEM = S * STAGE_BYTES + 1024; /* + slack to align the stages to 1024 bytes */
 };
@@ -151,8 +151,8 @@ struct wg_job {
 
 /* grid (ceil(m / T::BM) * nb0[count]), T::THREADS threads, T::SMEM bytes of dynamic shared memory, job made for T's
  * boxes and nb0. K % 64 == 0. Tile t of the K loop is k-tile t % KT of product t / KT. */
-template <class T, int CW, int NH>
-__device__ __forceinline__ void wg_gemm_body(const wg_job &job, int m, int K) {
+template <class T> __device__ __forceinline__ void wg_gemm_body(const wg_job &job, int m, int K) {
+    constexpr int CW = T::CW, NH = T::NH;
     extern __shared__ unsigned char wg_smem[];
     __shared__ __align__(8) uint64_t full[T::STAGES], empty[T::STAGES];
     const uint32_t base = (cu_smem_addr(wg_smem) + 1023u) & ~1023u;
@@ -241,12 +241,13 @@ __device__ __forceinline__ void wg_gemm_body(const wg_job &job, int m, int K) {
 /* The two tiles as kernels: the large one sizes its warpgroups' registers with setmaxnreg (40 + 2 x 232); the small
  * one runs two blocks an SM at the 128 registers a thread the launch gives (bench_wgmma, session 41: 8 stages at one
  * block an SM were 3-11 % faster on grids of fewer blocks than SMs, 20-35 % slower on grids of 64-128 blocks). */
-__global__ void __launch_bounds__(wg_large::THREADS, 1) wg_gemm_kernel(const __grid_constant__ wg_job job, int m, int K) {
-    wg_gemm_body<wg_large, 2, 2>(job, m, K);
+__global__ void __launch_bounds__(wg_large::THREADS, 1)
+    wg_gemm_kernel(const __grid_constant__ wg_job job, int m, int K) {
+    wg_gemm_body<wg_large>(job, m, K);
 }
 __global__ void __launch_bounds__(wg_small::THREADS, 2)
     wg_gemm_small_kernel(const __grid_constant__ wg_job job, int m, int K) {
-    wg_gemm_body<wg_small, 1, 1>(job, m, K);
+    wg_gemm_body<wg_small>(job, m, K);
 }
 
 /* The tensor map of a row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of box_k x box_rows (64: one
