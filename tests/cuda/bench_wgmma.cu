@@ -11,7 +11,12 @@
  *          equal to their own launches
  *   us, TF median time of one call (CUDA events) and 2 m n K / time, for the wgmma kernel and cuBLAS;
  *   then a second table: each tile's time at 32..1024 rows, which one wg_gemm takes, and the small tile's outputs
- *   bitwise the large tile's at every row count.
+ *   bitwise the large tile's at every row count;
+ *   then a third: 4-bit weights (random codes, bf16 scales and biases, x = hi + lo) in the split precision, by the
+ *   dequantization pass's arithmetic (w rounded to f32, its hi and lo parts made here, three products: the kernel's
+ *   time without the pass) and by cuda_gemm_wgq.cuh's fold from the codes: each one's error against float64 (the
+ *   fold's at most 1e-5 sqrt(K / 4096)), the fold's two tiles bitwise equal at 32, 200 and 4096 rows, a 7-row call
+ *   bitwise the 4096-row call's rows, and the times at 32..4096 rows. BENCH_WGMMA_Q4_ONLY=1 runs that table alone.
  * Outputs are poisoned (NaN) before the checked calls. Exit 1 on a failed check. */
 #include <math.h>
 #include <stdint.h>
@@ -24,7 +29,7 @@
 
 #include <cublas_v2.h>
 
-#include "backend/cuda/cuda_gemm_wg.cuh"
+#include "backend/cuda/cuda_gemm_wgq.cuh"
 #include "bench_check.h"
 
 #define M 4096
@@ -130,6 +135,135 @@ static tile_row tile_rows(const uint16_t *x, const uint16_t *xl, const uint16_t 
     return t;
 }
 
+/* The 4-bit table (top comment): a weight n x K of group `group`, x 4096 x K. Returns 1 on a failed check. */
+#define N_Q4_ROWS 5
+static const int k_q4_rows[N_Q4_ROWS] = {32, 128, 512, 1024, 4096};
+static int q4_row(int n, int K, int group) {
+    const int64_t nw = (int64_t)n * K, ng = nw / group, KT = K / 64;
+    std::vector<uint32_t> codes((size_t)nw / 8);
+    std::vector<uint16_t> sc((size_t)ng), bi((size_t)ng), whi((size_t)nw), wlo((size_t)nw), hx((size_t)M * K),
+        hl((size_t)M * K);
+    std::vector<float> xs((size_t)M * KT);
+    for (auto &c : codes) rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17, c = (uint32_t)(rs >> 32);
+    for (int64_t g = 0; g < ng; g++) {
+        const float s = 0.002f + 0.001f * frand();
+        sc[g] = bench_f2bf(s), bi[g] = bench_f2bf(-8.0f * s + 0.001f * frand());
+    }
+    auto code = [&](int64_t i) { return (codes[i / 8] >> (4 * (i % 8))) & 15u; };
+    auto gof = [&](int64_t i) { return (i / K) * (K / group) + (i % K) / group; };
+    for (int64_t i = 0; i < nw; i++) { /* the pass: w = scale * code + bias, two roundings, then hi and lo */
+        volatile float p = bench_bf2f(sc[gof(i)]) * (float)code(i);
+        const float w = p + bench_bf2f(bi[gof(i)]);
+        whi[i] = bench_f2bf(w);
+        wlo[i] = bench_f2bf(w - bench_bf2f(whi[i]));
+    }
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t t = 0; t < KT; t++) {
+            float sum = 0;
+            for (int64_t k = t * 64; k < t * 64 + 64; k++) {
+                const float v = frand();
+                const size_t i = (size_t)(r * K + k);
+                hx[i] = bench_f2bf(v), hl[i] = bench_f2bf(v - bench_bf2f(hx[i]));
+                sum += v;
+            }
+            xs[(size_t)(r * KT + t)] = sum;
+        }
+    uint32_t *dc;
+    uint16_t *ds, *db, *dh, *dl, *x, *xl;
+    float *y, *yq, *yq2, *dxs;
+    CK(cudaMalloc(&dc, codes.size() * 4));
+    CK(cudaMalloc(&ds, sc.size() * 2));
+    CK(cudaMalloc(&db, bi.size() * 2));
+    CK(cudaMalloc(&dh, whi.size() * 2));
+    CK(cudaMalloc(&dl, wlo.size() * 2));
+    CK(cudaMalloc(&x, hx.size() * 2));
+    CK(cudaMalloc(&xl, hl.size() * 2));
+    CK(cudaMalloc(&dxs, xs.size() * 4));
+    CK(cudaMalloc(&y, (size_t)M * n * 4));
+    CK(cudaMalloc(&yq, (size_t)M * n * 4));
+    CK(cudaMalloc(&yq2, (size_t)M * n * 4));
+    CK(cudaMemcpy(dc, codes.data(), codes.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ds, sc.data(), sc.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(db, bi.data(), bi.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dh, whi.data(), whi.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dl, wlo.data(), wlo.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(xl, hl.data(), hl.size() * 2, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dxs, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
+    wg_args a; /* the pass's three products: hi.lo, lo.hi, hi.hi */
+    memset(&a, 0, sizeof a);
+    a.x[0] = (const __nv_bfloat16 *)x, a.x[1] = (const __nv_bfloat16 *)xl, a.count = 1, a.products = 3, a.n[0] = n;
+    a.xsel[0] = 1, a.xsel[1] = 0, a.xsel[2] = 0;
+    a.w[0][0] = a.w[0][2] = (const __nv_bfloat16 *)dh, a.w[0][1] = (const __nv_bfloat16 *)dl, a.y[0] = y;
+    wq_args q;
+    memset(&q, 0, sizeof q);
+    q.x_hi = (const __nv_bfloat16 *)x, q.x_lo = (const __nv_bfloat16 *)xl, q.xs = dxs, q.count = 1, q.n[0] = n;
+    q.q[0].codes = dc, q.q[0].scales = ds, q.q[0].biases = db, q.q[0].group = group, q.q[0].sb_fmt = QW_BF16;
+    q.y[0] = yq;
+    CK(cudaMemset(y, 0xFF, (size_t)M * n * 4));
+    CK(cudaMemset(yq, 0xFF, (size_t)M * n * 4));
+    CK(wg_gemm(&a, M, K, 0));
+    CK(wq_gemm(&q, M, K, 0));
+    CK(cudaDeviceSynchronize());
+    std::vector<float> hy((size_t)M * n), hq((size_t)M * n), h2((size_t)M * n);
+    CK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hq.data(), yq, hq.size() * 4, cudaMemcpyDeviceToHost));
+    double ep = 0, eq = 0, den = 0;
+    for (int s = 0; s < 64; s++) { /* sampled outputs against float64 with w = s q + b exactly */
+        const int64_t r = (s * 1031) % M, o = (s * 7919) % n;
+        double ref = 0;
+        for (int64_t k = 0; k < K; k++) {
+            const int64_t i = o * K + k, j = r * K + k;
+            const double w = (double)bench_bf2f(sc[gof(i)]) * code(i) + bench_bf2f(bi[gof(i)]);
+            ref += w * ((double)bench_bf2f(hx[(size_t)j]) + bench_bf2f(hl[(size_t)j]));
+        }
+        ep = std::max(ep, fabs(ref - hy[(size_t)(r * n + o)]));
+        eq = std::max(eq, fabs(ref - hq[(size_t)(r * n + o)]));
+        den = std::max(den, fabs(ref));
+    }
+    ep /= den, eq /= den;
+    bool same = true;
+    for (float v : hq) same &= isfinite(v);
+    static const int ms[3] = {32, 200, M};
+    for (int m : ms) { /* the two tiles */
+        q.y[0] = yq;
+        CK(cudaMemset(yq, 0xFF, (size_t)m * n * 4));
+        CK(wq_launch<wq_large>(&q, m, K, 0));
+        q.y[0] = yq2;
+        CK(cudaMemset(yq2, 0xFF, (size_t)m * n * 4));
+        CK(wq_launch<wq_small>(&q, m, K, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hq.data(), yq, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h2.data(), yq2, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
+        same &= memcmp(hq.data(), h2.data(), (size_t)m * n * 4) == 0;
+    }
+    { /* 7 rows at offset 61 against the 4096-row call */
+        wq_args q7 = q;
+        q7.x_hi = (const __nv_bfloat16 *)(x + (size_t)61 * K), q7.x_lo = (const __nv_bfloat16 *)(xl + (size_t)61 * K);
+        q7.xs = dxs + 61 * KT, q7.y[0] = yq2;
+        q.y[0] = yq;
+        CK(wq_gemm(&q, M, K, 0));
+        CK(cudaMemset(yq2, 0xFF, (size_t)7 * n * 4));
+        CK(wq_gemm(&q7, 7, K, 0));
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(hq.data(), yq, hq.size() * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(h2.data(), yq2, (size_t)7 * n * 4, cudaMemcpyDeviceToHost));
+        same &= memcmp(h2.data(), hq.data() + (size_t)61 * n, (size_t)7 * n * 4) == 0;
+    }
+    const bool ok = same && eq < 1e-5 * sqrt(K / 4096.0);
+    printf("%5dx%-6d g%-3d | %8.2e / %8.2e", n, K, group, ep, eq);
+    for (int m : k_q4_rows) {
+        const float tp = median_us([&] { CK(wg_gemm(&a, m, K, 0)); });
+        const float tq = median_us([&] { CK(wq_gemm(&q, m, K, 0)); });
+        printf(" | %7.1f / %7.1f", tp, tq);
+    }
+    printf(" | %s%s\n", same ? "same" : "DIFFER", ok ? "" : "  FAILED");
+    for (void *ptr : {(void *)dc, (void *)ds, (void *)db, (void *)dh, (void *)dl, (void *)x, (void *)xl, (void *)dxs,
+                      (void *)y, (void *)yq, (void *)yq2})
+        CK(cudaFree(ptr));
+    return !ok;
+}
+
 int main(void) {
     tile_row tiles[8];
     int n_tiles = 0;
@@ -139,7 +273,9 @@ int main(void) {
     cublasHandle_t h;
     CB(cublasCreate(&h));
     printf("shape         | err vs f64 | 2 products | vs cublas | same | wgmma us   TF/s | cublas us   TF/s\n");
+    const bool only_q4 = getenv("BENCH_WGMMA_Q4_ONLY") != NULL; /* the 4-bit table alone (tuning runs) */
     for (const auto &sh : shapes) {
+        if (only_q4) break;
         const int n = sh[0], K = sh[1];
         std::vector<uint16_t> hx((size_t)M * K), hl((size_t)M * K), hw((size_t)n * K); /* x's hi and lo parts */
         for (size_t i = 0; i < hx.size(); i++) {
@@ -260,6 +396,15 @@ int main(void) {
             printf(" | %6.1f / %6.1f %c", tiles[i].large[j], tiles[i].small[j], tiles[i].pick[j]);
         printf(" | %s\n", tiles[i].same ? "same" : "DIFFER");
     }
+    printf("\n4-bit weights, split precision: error against float64 (the pass's arithmetic / the fold's), then us a\n"
+           "call: the kernel on hi / lo parts dequantized first (its time without the pass) / the fold from the codes;\n"
+           "bits: the fold's large and small tiles equal, and 7 rows equal to the 4096-row call's\n");
+    printf("shape              | err pass / fold    ");
+    for (int r : k_q4_rows) printf(" | m %-15d", r);
+    printf(" | bits\n");
+    static const int q4_shapes[][3] = {{12288, 4096, 64}, {4096, 4096, 64}, {1000, 4096, 64}, {4096, 4096, 128},
+                                       {4096, 12288, 64}};
+    for (const auto &sh : q4_shapes) fails += q4_row(sh[0], sh[1], sh[2]);
     printf("%s: %d failed\n", fails ? "FAILED" : "ok", fails);
     return fails != 0;
 }

@@ -4,7 +4,8 @@
 #   1. every CUDA op against the CPU reference on random inputs, and EXACT(batch) on the GPU;
 #   2. every model golden (transformers' fp32 logits and greedy tokens) through the CUDA backend;
 #   3. the batch-invariance / chunking / prefill-vs-decode tests through the CUDA backend (also on the 4-bit fixture
-#      and with the decode matmuls' x in bf16, QUILL_DECODE_PRECISION=bf16, and the 4-bit weights too, =dequant);
+#      and with the decode matmuls' x in bf16, QUILL_DECODE_PRECISION=bf16, and the 4-bit weights too, =dequant;
+#      and the 4-bit prompt GEMM from the codes, QUILL_PREFILL_DEQUANT=fold);
 #   4. K/V that grows through CUDA virtual memory: mapping, a kernel across a boundary, equal tokens
 #      with grow on and off; the same tokens and logits with programmatic launch on and off;
 #   5. compute-sanitizer memcheck and racecheck on a short `quill run` (skipped with QUILL_CUDA_QUICK=1).
@@ -34,6 +35,8 @@ step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_c
 step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUDA_ATT_TC=0 "$build/cuda_test_cuda_seq_ops"
 step "  the same in bf16 prefill mode (QUILL_PREFILL_PRECISION=bf16)" env QUILL_PREFILL_PRECISION=bf16 \
      "$build/cuda_test_cuda_seq_ops"
+step "cuda ops, 4-bit prompt GEMM from codes (QUILL_PREFILL_DEQUANT=fold)" env QUILL_PREFILL_DEQUANT=fold \
+     "$build/cuda_test_cuda_ops"
 step "cuda ops in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 "$build/cuda_test_cuda_ops"
 step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUILL_DECODE_PRECISION=dequant \
      "$build/cuda_test_cuda_ops"
@@ -47,6 +50,10 @@ step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "  the same on the 4-bit fixture" env QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda \
      "$build/golden_test_model_batch"
+step "  the same, 4-bit prompt GEMM from codes (QUILL_PREFILL_DEQUANT=fold)" env QUILL_PREFILL_DEQUANT=fold \
+     QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
+step "  4-bit fixture goldens, the fold" env QUILL_PREFILL_DEQUANT=fold QUILL_TEST_MODEL=gqa4-v2k-mlx4 \
+     QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "  the same in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 \
      QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "  the same in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUILL_DECODE_PRECISION=dequant \
@@ -103,6 +110,11 @@ step "compute-sanitizer racecheck: cuda ops (many-row matmul)" timeout 150 compu
 step "compute-sanitizer memcheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 step "compute-sanitizer racecheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
+     compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+# the 4-bit fold prompt GEMM: cp.async raw slots, the producer's stores read by wgmma, the stages' barriers
+step "compute-sanitizer memcheck: cuda ops, the 4-bit fold GEMM" env QUILL_PREFILL_DEQUANT=fold timeout 150 \
+     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+step "compute-sanitizer racecheck: cuda ops, the 4-bit fold GEMM" env QUILL_PREFILL_DEQUANT=fold timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 # dequant mode's many-row matmul (gemv_dq_kernel): cp.async stages read by wgmma, sums read across a cluster
 step "compute-sanitizer memcheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \

@@ -62,7 +62,8 @@ struct cu_gemm {
     void *ws;
     size_t ws_bytes;
     __nv_bfloat16 *x_hi, *x_lo, *w_hi, *w_lo;
-    size_t x_hi_bytes, x_lo_bytes, w_hi_bytes, w_lo_bytes; /* what each scratch holds (cu_grow) */
+    float *xs; /* x's sums over each 64-wide K tile (cuda_gemm_wgq.cuh's fold) */
+    size_t x_hi_bytes, x_lo_bytes, w_hi_bytes, w_lo_bytes, xs_bytes; /* what each scratch holds (cu_grow) */
     gemm_shape shapes[GEMM_SHAPES];
     int n_shapes;
 };

@@ -59,8 +59,9 @@ __device__ __forceinline__ void wg_pin(float (&d)[64]) {
     for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* d += A . B^T for one k16 step: A 64 x 16 (descriptor da), B 128 x 16 (db), both K-major. */
-__device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db) {
+/* d += A . B^T for one k16 step: A 64 x 16 (descriptor da), B 128 x 16 (db), both K-major; d = A . B^T when
+ * accumulate is 0. */
+__device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db, int accumulate = 1) {
 #if WG_ON
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -79,7 +80,7 @@ __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db)
                    "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
                    "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
                    "+f"(d[63])
-                 : "l"(da), "l"(db), "r"(1));
+                 : "l"(da), "l"(db), "r"(accumulate));
 #else
     (void)d, (void)da, (void)db;
 #endif
@@ -149,6 +150,19 @@ struct wg_job {
     int xsel[WG_PRODUCTS];
 };
 
+/* This block's tile: rows row0.. of weight wi's outputs col0.. (BM x BN). WG_GROUP_M row blocks walk the column
+ * blocks together (L2 reuse of both operands); nb0[i] is weight i's first column block. */
+__device__ __forceinline__ void wg_block_tile(int m, int BM, int BN, const int *nb0, int count, int *row0, int *wi,
+                                              int *col0) {
+    const int nbm = (m + BM - 1) / BM, nbn = nb0[count], per_group = WG_GROUP_M * nbn;
+    const int group = (int)blockIdx.x / per_group, first = group * WG_GROUP_M;
+    const int gsize = min(nbm - first, WG_GROUP_M), in_group = (int)blockIdx.x % per_group;
+    const int nb = in_group / gsize;
+    int w = 0;
+    while (w + 1 < count && nb >= nb0[w + 1]) w++;
+    *row0 = (first + in_group % gsize) * BM, *wi = w, *col0 = (nb - nb0[w]) * BN;
+}
+
 /* grid (ceil(m / T::BM) * nb0[count]), T::THREADS threads, T::SMEM bytes of dynamic shared memory, job made for T's
  * boxes and nb0. K % 64 == 0. Tile t of the K loop is k-tile t % KT of product t / KT. */
 template <class T> __device__ __forceinline__ void wg_gemm_body(const wg_job &job, int m, int K) {
@@ -157,14 +171,9 @@ template <class T> __device__ __forceinline__ void wg_gemm_body(const wg_job &jo
     __shared__ __align__(8) uint64_t full[T::STAGES], empty[T::STAGES];
     const uint32_t base = (cu_smem_addr(wg_smem) + 1023u) & ~1023u;
     const int KT = K / WG_BK, NT = KT * job.products, wgi = threadIdx.x >> 7;
-    /* block -> tile: WG_GROUP_M row blocks walk the column blocks together */
-    const int nbm = (m + T::BM - 1) / T::BM, nbn = job.nb0[job.count], per_group = WG_GROUP_M * nbn;
-    const int group = (int)blockIdx.x / per_group, first = group * WG_GROUP_M;
-    const int gsize = min(nbm - first, WG_GROUP_M), in_group = (int)blockIdx.x % per_group;
-    const int row0 = (first + in_group % gsize) * T::BM, nb = in_group / gsize;
-    int wi = 0;
-    while (wi + 1 < job.count && nb >= job.nb0[wi + 1]) wi++;
-    const int col0 = (nb - job.nb0[wi]) * T::BN, n = job.n[wi];
+    int row0, wi, col0;
+    wg_block_tile(m, T::BM, T::BN, job.nb0, job.count, &row0, &wi, &col0);
+    const int n = job.n[wi];
     if (threadIdx.x == 0) {
         for (int s = 0; s < T::STAGES; s++) {
             wg_bar_init(cu_smem_addr(&full[s]), 1);
@@ -335,7 +344,7 @@ template <class T> static inline cudaError_t wg_launch(void (*kernel)(wg_job, in
 #ifndef WG_LARGE_FILL
 #define WG_LARGE_FILL 5
 #endif
-static inline int wg_use_small(const wg_args *a, int m) {
+static inline int wg_small_for(int64_t large_blocks) {
     static int force = -1, sms; /* racing first callers store the same values */
     if (force < 0) {
         const char *v = getenv("QUILL_WG_TILE");
@@ -346,8 +355,9 @@ static inline int wg_use_small(const wg_args *a, int m) {
         force = v && !strcmp(v, "large") ? 1 : v && !strcmp(v, "small") ? 2 : 0;
     }
     if (force) return force == 2;
-    return wg_blocks<wg_large>(a, m) * 8 < (int64_t)WG_LARGE_FILL * sms;
+    return large_blocks * 8 < (int64_t)WG_LARGE_FILL * sms;
 }
+static inline int wg_use_small(const wg_args *a, int m) { return wg_small_for(wg_blocks<wg_large>(a, m)); }
 
 /* A plain launch: prompt work does not use programmatic launch. */
 static inline cudaError_t wg_gemm(const wg_args *a, int m, int K, cudaStream_t st) {
