@@ -396,9 +396,9 @@ int main(void) {
             printf(" | %6.1f / %6.1f %c", tiles[i].large[j], tiles[i].small[j], tiles[i].pick[j]);
         printf(" | %s\n", tiles[i].same ? "same" : "DIFFER");
     }
-    printf("\n4-bit weights, split precision: error against float64 (the pass's arithmetic / the fold's), then us a\n"
-           "call: the kernel on hi / lo parts dequantized first (its time without the pass) / the fold from the codes;\n"
-           "bits: the fold's large and small tiles equal, and 7 rows equal to the 4096-row call's\n");
+    printf("\n4-bit weights, split precision: error against float64 (the pass's arithmetic / the fold's), then us\n"
+           "a call: the kernel on hi / lo parts dequantized first (its time without the pass) / the fold from the\n"
+           "codes; bits: the fold's large and small tiles equal, and 7 rows equal to the 4096-row call's\n");
     printf("shape              | err pass / fold    ");
     for (int r : k_q4_rows) printf(" | m %-15d", r);
     printf(" | bits\n");

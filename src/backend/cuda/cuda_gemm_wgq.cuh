@@ -200,7 +200,8 @@ template <class T> __device__ __forceinline__ void wq_fold(float (&y)[64], const
 }
 
 /* A consumer's tile t: its 8 k16 steps into p (x_hi's then x_lo's, a fresh sum), committed as a group. */
-template <class T> __device__ __forceinline__ void wq_issue(float (&p)[64], int t, uint32_t base, uint64_t *full, int c) {
+template <class T>
+__device__ __forceinline__ void wq_issue(float (&p)[64], int t, uint32_t base, uint64_t *full, int c) {
     const int s = t % T::STAGES;
     const uint32_t st = base + (uint32_t)s * T::STAGE_BYTES, a = st + c * 64 * 128, b = st + 2 * T::X_BYTES;
     wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / T::STAGES) & 1));
