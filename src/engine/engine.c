@@ -436,7 +436,7 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
     if (!e) return q_fail(Q_ENOMEM, "engine: out of memory");
     e->m = m;
     e->p = *p;
-    const int V = m->cfg.vocab_size, cap = p->queue_cap + p->n_parallel;
+    const int cap = p->queue_cap + p->n_parallel;
     const char *hook = getenv("QUILL_TEST_KV_FAIL_AFTER"); /* kvmem.h: forces one mapping failure */
     if (hook && *hook) kvmem_test_fail_after(atoi(hook));
     qstatus st = slot_table_init(m, p->n_parallel, p->n_ctx, p->kv_grow, &e->slots);
@@ -453,8 +453,8 @@ qstatus engine_create(qwen35_model *m, const qengine_params *p, qengine **out) {
         e->mem_rows = calloc((size_t)p->n_parallel, sizeof *e->mem_rows);
         e->mem_charge = calloc((size_t)p->n_parallel, sizeof *e->mem_charge);
         if (!e->rows || !e->ids || !e->batch || !e->order || !e->taken || !e->mem_rows || !e->mem_charge)
-            st = q_fail(Q_ENOMEM, "engine: out of memory for round buffers (%d slots, vocab %d)",
-                        p->n_parallel, V);
+            st = q_fail(Q_ENOMEM, "engine: out of memory for round buffers (%d slots, chunk %d)",
+                        p->n_parallel, p->prefill_chunk);
     }
     if (st == Q_OK && pthread_mutex_init(&e->mu, NULL) != 0)
         st = q_fail(Q_ENOMEM, "engine: cannot create its mutex");

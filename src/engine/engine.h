@@ -119,7 +119,7 @@ typedef struct qengine_memory {
     int64_t scratch_bytes;      /* activation scratch of the largest round so far */
     int64_t prompt_cache_bytes; /* 0 until the prompt cache exists */
     int64_t total_bytes, total_peak_bytes;
-    int64_t host_bytes;         /* the engine's host round buffers (rows, logits, sampling) */
+    int64_t host_bytes;         /* the engine's host round buffers (rows, ids) */
     int64_t kv_bytes_per_row;   /* one position over every attention layer, K and V */
     int n_parallel, n_ctx, kv_grow, first_rows;
     int64_t kv_budget_rows;     /* the budget */

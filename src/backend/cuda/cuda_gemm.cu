@@ -406,7 +406,8 @@ static int takes_fold(const cu_gemm *g, int count, const qweight *const *W) {
     return 1;
 }
 
-/* The fold kernel's launch: x split and summed over its K tiles, then the weights from their codes. */
+/* The fold kernel's launch (wg_prefill checked y): x split and summed over its K tiles, then the weights from their
+ * codes. */
 static qstatus wq_prefill(qbackend *be, cu_gemm *g, const float *x, const float *up, int n, int count,
                           const qweight *const *W, float *const *y) {
     cuda_state *s = (cuda_state *)be->impl;
@@ -418,10 +419,7 @@ static qstatus wq_prefill(qbackend *be, cu_gemm *g, const float *x, const float 
     wq_args a;
     memset(&a, 0, sizeof a);
     a.x_hi = g->x_hi, a.x_lo = g->x_lo, a.xs = g->xs, a.count = count;
-    for (int i = 0; i < count; i++) {
-        if (!cu_aligned16(y[i])) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
-        a.q[i] = q4_of(W[i]), a.y[i] = y[i], a.n[i] = (int)W[i]->n_out;
-    }
+    for (int i = 0; i < count; i++) a.q[i] = q4_of(W[i]), a.y[i] = y[i], a.n[i] = (int)W[i]->n_out;
     CU_TRY(wq_gemm(&a, n, (int)K, s->stream), "matmul_prefill (wgmma, 4-bit codes)");
     return Q_OK;
 }
@@ -435,13 +433,13 @@ static int takes_wgmma(const cu_gemm *g, const qweight *W) {
  * scratch; per weight the same products as lt_prefill, summed in one accumulator. */
 static qstatus wg_prefill(qbackend *be, cu_gemm *g, const float *x, const float *up, int n, int count,
                           const qweight *const *W, float *const *y) {
+    for (int i = 0; i < count; i++)
+        if (!cu_aligned16(y[i])) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
     if (takes_fold(g, count, W)) return wq_prefill(be, g, x, up, n, count, W, y);
     const int split = g->mode == MODE_SPLIT;
     int64_t deq = 0;
-    for (int i = 0; i < count; i++) {
-        if (!cu_aligned16(y[i])) return q_fail(Q_EINVAL, "cuda matmul_prefill: outputs must be 16-byte aligned");
+    for (int i = 0; i < count; i++)
         if (W[i]->fmt == QW_AFFINE) deq += W[i]->n_out * W[i]->n_in;
-    }
     Q_TRY(grow_w(be, g, deq));
     Q_TRY(split_x(be, g, x, up, n, W[0]->n_in));
     wg_args a;
