@@ -15,8 +15,9 @@
  *   then a third: 4-bit weights (random codes, bf16 scales and biases, x = hi + lo) in the split precision, by the
  *   dequantization pass's arithmetic (w rounded to f32, its hi and lo parts made here, three products: the kernel's
  *   time without the pass) and by cuda_gemm_wgq.cuh's fold from the codes: each one's error against float64 (the
- *   fold's at most 1e-5 sqrt(K / 4096)), the fold's two tiles bitwise equal at 32, 200 and 4096 rows, a 7-row call
- *   bitwise the 4096-row call's rows, and the times at 32..4096 rows. BENCH_WGMMA_Q4_ONLY=1 runs that table alone.
+ *   fold's at most 1e-5 sqrt(K / 4096)), every fold tile bitwise the 4096-row call at 4096, 32 and 200 rows, a 7-row
+ *   call bitwise the 4096-row call's rows, the times at 32..4096 rows, then each tile's. BENCH_WGMMA_Q4_ONLY=1 runs
+ *   that table alone.
  * Outputs are poisoned (NaN) before the checked calls. Exit 1 on a failed check. */
 #include <math.h>
 #include <stdint.h>
@@ -135,6 +136,19 @@ static tile_row tile_rows(const uint16_t *x, const uint16_t *xl, const uint16_t 
     return t;
 }
 
+/* The fold's tiles (cuda_gemm_wgq.cuh), each checked against the others and timed on its own. */
+typedef cudaError_t (*wq_fn)(const wq_args *, int, int);
+template <class T> static cudaError_t wq_run(const wq_args *a, int m, int K) { return wq_launch<T>(a, m, K, 0); }
+static const struct {
+    const char *name;
+    wq_fn f;
+    int turn; /* K tiles a turn of its loop: K % (64 turn) == 0 */
+} k_wq[] = {{"short (32 rows)", wq_run<wq_short>, wq_short::TURN},
+            {"mid (64 rows)", wq_run<wq_mid>, wq_mid::TURN},
+            {"long (128 rows)", wq_run<wq_long>, wq_long::TURN},
+            {"any (128, 1 a turn)", wq_run<wq_any>, wq_any::TURN}};
+#define N_WQ ((int)(sizeof k_wq / sizeof k_wq[0]))
+
 /* The 4-bit table (top comment): a weight n x K of group `group`, x 4096 x K. Returns 1 on a failed check. */
 #define N_Q4_ROWS 5
 static const int k_q4_rows[N_Q4_ROWS] = {32, 128, 512, 1024, 4096};
@@ -189,17 +203,20 @@ static int q4_row(int n, int K, int group) {
     CK(cudaMemcpy(dl, wlo.data(), wlo.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(x, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(xl, hl.data(), hl.size() * 2, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dxs, xs.data(), xs.size() * 4, cudaMemcpyHostToDevice));
     wg_args a; /* the pass's three products: hi.lo, lo.hi, hi.hi */
     memset(&a, 0, sizeof a);
     a.x[0] = (const __nv_bfloat16 *)x, a.x[1] = (const __nv_bfloat16 *)xl, a.count = 1, a.products = 3, a.n[0] = n;
     a.xsel[0] = 1, a.xsel[1] = 0, a.xsel[2] = 0;
     a.w[0][0] = a.w[0][2] = (const __nv_bfloat16 *)dh, a.w[0][1] = (const __nv_bfloat16 *)dl, a.y[0] = y;
+    std::vector<float> xst((size_t)KT * M); /* the sums transposed, as xsum_kernel writes them (pitch M) */
+    for (int64_t r = 0; r < M; r++)
+        for (int64_t t = 0; t < KT; t++) xst[(size_t)(t * M + r)] = xs[(size_t)(r * KT + t)];
+    CK(cudaMemcpy(dxs, xst.data(), xst.size() * 4, cudaMemcpyHostToDevice));
     wq_args q;
     memset(&q, 0, sizeof q);
-    q.x_hi = (const __nv_bfloat16 *)x, q.x_lo = (const __nv_bfloat16 *)xl, q.xs = dxs, q.count = 1, q.n[0] = n;
+    q.x_hi = (const __nv_bfloat16 *)x, q.x_lo = (const __nv_bfloat16 *)xl, q.xs_t = dxs, q.xs_pitch = M, q.count = 1;
     q.q[0].codes = dc, q.q[0].scales = ds, q.q[0].biases = db, q.q[0].group = group, q.q[0].sb_fmt = QW_BF16;
-    q.y[0] = yq;
+    q.n[0] = n, q.y[0] = yq;
     CK(cudaMemset(y, 0xFF, (size_t)M * n * 4));
     CK(cudaMemset(yq, 0xFF, (size_t)M * n * 4));
     CK(wg_gemm(&a, M, K, 0));
@@ -224,33 +241,27 @@ static int q4_row(int n, int K, int group) {
     ep /= den, eq /= den;
     bool same = true;
     for (float v : hq) same &= isfinite(v);
-    static const int ms[3] = {32, 200, M};
-    for (int m : ms) { /* the two tiles */
-        q.y[0] = yq;
-        CK(cudaMemset(yq, 0xFF, (size_t)m * n * 4));
-        CK(wq_launch<wq_large>(&q, m, K, 0));
-        q.y[0] = yq2;
-        CK(cudaMemset(yq2, 0xFF, (size_t)m * n * 4));
-        CK(wq_launch<wq_small>(&q, m, K, 0));
-        CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(hq.data(), yq, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(h2.data(), yq2, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
-        same &= memcmp(hq.data(), h2.data(), (size_t)m * n * 4) == 0;
-    }
-    { /* 7 rows at offset 61 against the 4096-row call */
+    for (int v = 0; v < N_WQ; v++) /* every tile: the 4096-row call's bits, and its first 32 and 200 rows' */
+        for (int m : {M, 32, 200}) {
+            if (K % (64 * k_wq[v].turn)) break;
+            q.y[0] = yq2;
+            CK(cudaMemset(yq2, 0xFF, (size_t)m * n * 4));
+            CK(k_wq[v].f(&q, m, K));
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(h2.data(), yq2, (size_t)m * n * 4, cudaMemcpyDeviceToHost));
+            same &= memcmp(h2.data(), hq.data(), (size_t)m * n * 4) == 0;
+        }
+    { /* 7 rows at offset 68 (16-byte aligned sums) against the 4096-row call */
         wq_args q7 = q;
-        q7.x_hi = (const __nv_bfloat16 *)(x + (size_t)61 * K), q7.x_lo = (const __nv_bfloat16 *)(xl + (size_t)61 * K);
-        q7.xs = dxs + 61 * KT, q7.y[0] = yq2;
-        q.y[0] = yq;
-        CK(wq_gemm(&q, M, K, 0));
+        q7.x_hi = q.x_hi + (size_t)68 * K, q7.x_lo = q.x_lo + (size_t)68 * K, q7.xs_t = dxs + 68, q7.y[0] = yq2;
         CK(cudaMemset(yq2, 0xFF, (size_t)7 * n * 4));
         CK(wq_gemm(&q7, 7, K, 0));
         CK(cudaDeviceSynchronize());
-        CK(cudaMemcpy(hq.data(), yq, hq.size() * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(h2.data(), yq2, (size_t)7 * n * 4, cudaMemcpyDeviceToHost));
-        same &= memcmp(h2.data(), hq.data() + (size_t)61 * n, (size_t)7 * n * 4) == 0;
+        same &= memcmp(h2.data(), hq.data() + (size_t)68 * n, (size_t)7 * n * 4) == 0;
     }
     const bool ok = same && eq < 1e-5 * sqrt(K / 4096.0);
+    q.y[0] = yq;
     printf("%5dx%-6d g%-3d | %8.2e / %8.2e", n, K, group, ep, eq);
     for (int m : k_q4_rows) {
         const float tp = median_us([&] { CK(wg_gemm(&a, m, K, 0)); });
@@ -258,6 +269,12 @@ static int q4_row(int n, int K, int group) {
         printf(" | %7.1f / %7.1f", tp, tq);
     }
     printf(" | %s%s\n", same ? "same" : "DIFFER", ok ? "" : "  FAILED");
+    for (int v = 0; v < N_WQ; v++) {
+        if (K % (64 * k_wq[v].turn)) continue;
+        printf("  %-20s %-18s", k_wq[v].name, "");
+        for (int m : k_q4_rows) printf(" | %9s %7.1f", "", median_us([&] { CK(k_wq[v].f(&q, m, K)); }));
+        printf(" |\n");
+    }
     for (void *ptr : {(void *)dc, (void *)ds, (void *)db, (void *)dh, (void *)dl, (void *)x, (void *)xl, (void *)dxs,
                       (void *)y, (void *)yq, (void *)yq2})
         CK(cudaFree(ptr));
@@ -398,12 +415,13 @@ int main(void) {
     }
     printf("\n4-bit weights, split precision: error against float64 (the pass's arithmetic / the fold's), then us\n"
            "a call: the kernel on hi / lo parts dequantized first (its time without the pass) / the fold from the\n"
-           "codes; bits: the fold's large and small tiles equal, and 7 rows equal to the 4096-row call's\n");
+           "codes (its tile by the rows), then each fold tile's; bits: every tile equal at 4096, 32 and 200 rows,\n"
+           "and 7 rows equal to the 4096-row call's\n");
     printf("shape              | err pass / fold    ");
     for (int r : k_q4_rows) printf(" | m %-15d", r);
     printf(" | bits\n");
     static const int q4_shapes[][3] = {{12288, 4096, 64}, {4096, 4096, 64}, {1000, 4096, 64}, {4096, 4096, 128},
-                                       {4096, 12288, 64}};
+                                       {4096, 12288, 64}, {1000, 4160, 64}};
     for (const auto &sh : q4_shapes) fails += q4_row(sh[0], sh[1], sh[2]);
     printf("%s: %d failed\n", fails ? "FAILED" : "ok", fails);
     return fails != 0;

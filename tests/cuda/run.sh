@@ -5,7 +5,7 @@
 #   2. every model golden (transformers' fp32 logits and greedy tokens) through the CUDA backend;
 #   3. the batch-invariance / chunking / prefill-vs-decode tests through the CUDA backend (also on the 4-bit fixture
 #      and with the decode matmuls' x in bf16, QUILL_DECODE_PRECISION=bf16, and the 4-bit weights too, =dequant;
-#      and the 4-bit prompt GEMM from the codes, QUILL_PREFILL_DEQUANT=fold);
+#      and the 4-bit prompt GEMM through the dequantization pass, QUILL_PREFILL_DEQUANT=pass);
 #   4. K/V that grows through CUDA virtual memory: mapping, a kernel across a boundary, equal tokens
 #      with grow on and off; the same tokens and logits with programmatic launch on and off;
 #   5. compute-sanitizer memcheck and racecheck on a short `quill run` (skipped with QUILL_CUDA_QUICK=1).
@@ -35,7 +35,7 @@ step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_c
 step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUDA_ATT_TC=0 "$build/cuda_test_cuda_seq_ops"
 step "  the same in bf16 prefill mode (QUILL_PREFILL_PRECISION=bf16)" env QUILL_PREFILL_PRECISION=bf16 \
      "$build/cuda_test_cuda_seq_ops"
-step "cuda ops, 4-bit prompt GEMM from codes (QUILL_PREFILL_DEQUANT=fold)" env QUILL_PREFILL_DEQUANT=fold \
+step "cuda ops, 4-bit prompt GEMM by the pass (QUILL_PREFILL_DEQUANT=pass)" env QUILL_PREFILL_DEQUANT=pass \
      "$build/cuda_test_cuda_ops"
 step "cuda ops in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 "$build/cuda_test_cuda_ops"
 step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUILL_DECODE_PRECISION=dequant \
@@ -50,9 +50,9 @@ step "model goldens via cuda (transformers fp32)" env QUILL_TEST_BACKEND=cuda "$
 step "batch invariance, chunk cuts, prefill=decode (cuda)" env QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "  the same on the 4-bit fixture" env QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda \
      "$build/golden_test_model_batch"
-step "  the same, 4-bit prompt GEMM from codes (QUILL_PREFILL_DEQUANT=fold)" env QUILL_PREFILL_DEQUANT=fold \
+step "  the same, 4-bit prompt GEMM by the pass (QUILL_PREFILL_DEQUANT=pass)" env QUILL_PREFILL_DEQUANT=pass \
      QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
-step "  4-bit fixture goldens, the fold" env QUILL_PREFILL_DEQUANT=fold QUILL_TEST_MODEL=gqa4-v2k-mlx4 \
+step "  4-bit fixture goldens, the pass" env QUILL_PREFILL_DEQUANT=pass QUILL_TEST_MODEL=gqa4-v2k-mlx4 \
      QUILL_TEST_BACKEND=cuda "$build/golden_test_model_goldens"
 step "  the same in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 \
      QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
@@ -111,11 +111,17 @@ step "compute-sanitizer memcheck: cuda ops, bf16 decode mode" env QUILL_DECODE_P
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 step "compute-sanitizer racecheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
-# the 4-bit fold prompt GEMM: cp.async raw slots, the producer's stores read by wgmma, the stages' barriers
-step "compute-sanitizer memcheck: cuda ops, the 4-bit fold GEMM" env QUILL_PREFILL_DEQUANT=fold timeout 150 \
+# the 4-bit fold, the default (test_cuda_ops' prompt matmuls: QUILL_CUDA_TESTS=2,3,4), its tiles by the rows and the
+# 128-row one forced: TMA stages read by wgmma and by the consumers' loads, the stages' barriers
+step "compute-sanitizer racecheck: prompt matmuls, the fold's tiles by the rows" env QUILL_CUDA_TESTS=2,3,4 \
+     timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+step "compute-sanitizer memcheck: prompt matmuls, the fold's 128-row tile" env QUILL_WQ_TILE=long \
+     QUILL_CUDA_TESTS=2,3,4 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+step "compute-sanitizer racecheck: prompt matmuls, the fold's 128-row tile" env QUILL_WQ_TILE=long \
+     QUILL_CUDA_TESTS=2,3,4 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+# the 4-bit dequantization pass's scratch and the wgmma kernel on it
+step "compute-sanitizer memcheck: cuda ops, the 4-bit pass" env QUILL_PREFILL_DEQUANT=pass timeout 150 \
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
-step "compute-sanitizer racecheck: cuda ops, the 4-bit fold GEMM" env QUILL_PREFILL_DEQUANT=fold timeout 150 \
-     compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 # dequant mode's many-row matmul (gemv_dq_kernel): cp.async stages read by wgmma, sums read across a cluster
 step "compute-sanitizer memcheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"

@@ -46,8 +46,8 @@
  * demand) belong to the backend and are freed by cu_gemm_free. Floors (H200, measured by cuBLAS
  * ~790 TFLOP/s bf16 dense): split costs two products for bf16 weights and three for 4-bit ones, plus
  * a dequantization pass over the 4-bit weight per call (reads 0.56 B, writes 4 B per weight).
- * QUILL_PREFILL_DEQUANT=fold takes 4-bit weights in split mode from their codes instead (cuda_gemm_wgq.cuh: two
- * products of the codes, folded per K tile with the scale and bias; no pass, its own arithmetic: takes_fold). */
+ * In split mode 4-bit weights go from their codes instead (cuda_gemm_wgq.cuh: two products of the codes, folded per
+ * K tile with the scale and bias; no pass, its own arithmetic: takes_fold), unless QUILL_PREFILL_DEQUANT=pass. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,18 +196,19 @@ __global__ void dequant4_kernel(qweight W, __nv_bfloat16 *__restrict__ hi, __nv_
     }
 }
 
-/* xs[r][t] = the sum of row r's values (split_in's) over K tile t (64 values): a warp a (row, tile), two values a
- * lane, in a fixed order (the lane pairs, then the xor tree), so a row's sums do not depend on n. */
-__global__ void xsum_kernel(const float *__restrict__ x, const float *__restrict__ up, int n, int K,
+/* xs[t][r] (pitch floats a row) = the sum of row r's values (split_in's) over K tile t (64 values), transposed for
+ * the fold kernel's TMA boxes: a warp a (row, tile), two values a lane, in a fixed order (the lane pairs, then the
+ * xor tree), so a row's sums do not depend on n. */
+__global__ void xsum_kernel(const float *__restrict__ x, const float *__restrict__ up, int n, int K, int64_t pitch,
                             float *__restrict__ xs) {
     const int lane = threadIdx.x & 31, KT = K / 64;
     const int64_t w = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (w >= (int64_t)n * KT) return;
-    const int64_t i = (w / KT) * K + (w % KT) * 64 + 2 * lane;
+    const int64_t r = w / KT, t = w % KT, i = r * K + t * 64 + 2 * lane;
     float v = split_in(x, up, i) + split_in(x, up, i + 1);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    if (lane == 0) xs[w] = v;
+    if (lane == 0) xs[t * pitch + r] = v;
 }
 
 static unsigned ew_blocks(qbackend *be, int64_t n) { /* grid-stride: a few waves at most */
@@ -388,15 +389,16 @@ static wg_q4 q4_of(const qweight *W) {
     return q;
 }
 
-/* Whether a launch of these weights takes the fold kernel (cuda_gemm_wgq.cuh): QUILL_PREFILL_DEQUANT=fold (read once),
- * split mode and every weight 4-bit in a layout it takes. Its arithmetic is its own (more exact: no w rounded to hi
- * and lo parts), so the choice is the process's, never a launch's. Against the pass (docs/performance.md, session 42):
- * 1.2-1.3x the prefill speed at 32-128 rows, 0.96x at 512, 0.76x at 4096, and no dequantized scratch. */
+/* Whether a launch of these weights takes the fold kernel (cuda_gemm_wgq.cuh): split mode and every weight 4-bit in a
+ * layout it takes, unless QUILL_PREFILL_DEQUANT=pass (read once) asks for the dequantization pass. Its arithmetic is
+ * its own (more exact: no w rounded to hi and lo parts), so the choice is the process's and the weight's, never a
+ * launch's. Against the pass (docs/performance.md, session 43): faster at the default 512-row chunks and below, slower
+ * at chunks of 1024 rows and more; and no dequantized scratch. */
 static int takes_fold(const cu_gemm *g, int count, const qweight *const *W) {
     static int fold = -1; /* racing first callers store the same value */
     if (fold < 0) {
         const char *v = getenv("QUILL_PREFILL_DEQUANT");
-        fold = v && !strcmp(v, "fold");
+        fold = !(v && !strcmp(v, "pass"));
     }
     if (!fold || g->mode != MODE_SPLIT) return 0;
     for (int i = 0; i < count; i++) {
@@ -411,14 +413,14 @@ static int takes_fold(const cu_gemm *g, int count, const qweight *const *W) {
 static qstatus wq_prefill(qbackend *be, cu_gemm *g, const float *x, const float *up, int n, int count,
                           const qweight *const *W, float *const *y) {
     cuda_state *s = (cuda_state *)be->impl;
-    const int64_t K = W[0]->n_in, nt = (int64_t)n * (K / 64);
+    const int64_t K = W[0]->n_in, nt = (int64_t)n * (K / 64), pitch = (n + 3) & ~3; /* 16-byte rows for TMA */
     Q_TRY(split_x(be, g, x, up, n, K));
-    Q_TRY(cu_grow(s, (void **)&g->xs, &g->xs_bytes, (size_t)nt * 4, "matmul_prefill scratch"));
-    xsum_kernel<<<(unsigned)((nt + 7) / 8), 256, 0, s->stream>>>(x, up, n, (int)K, g->xs);
+    Q_TRY(cu_grow(s, (void **)&g->xs, &g->xs_bytes, (size_t)(K / 64) * pitch * 4, "matmul_prefill scratch"));
+    xsum_kernel<<<(unsigned)((nt + 7) / 8), 256, 0, s->stream>>>(x, up, n, (int)K, pitch, g->xs);
     CU_LAUNCHED("matmul_prefill (x sums)");
     wq_args a;
     memset(&a, 0, sizeof a);
-    a.x_hi = g->x_hi, a.x_lo = g->x_lo, a.xs = g->xs, a.count = count;
+    a.x_hi = g->x_hi, a.x_lo = g->x_lo, a.xs_t = g->xs, a.xs_pitch = pitch, a.count = count;
     for (int i = 0; i < count; i++) a.q[i] = q4_of(W[i]), a.y[i] = y[i], a.n[i] = (int)W[i]->n_out;
     CU_TRY(wq_gemm(&a, n, (int)K, s->stream), "matmul_prefill (wgmma, 4-bit codes)");
     return Q_OK;

@@ -259,11 +259,11 @@ __global__ void __launch_bounds__(wg_small::THREADS, 2)
     wg_gemm_body<wg_small>(job, m, K);
 }
 
-/* The tensor map of a row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of box_k x box_rows (64: one
- * 128-byte swizzle row, the GEMM's), in the swizzle sw, zeros outside. The encoder is the driver's, found through the
- * runtime (no link to libcuda). */
-static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64_t rows, int64_t K, int box_rows,
-                                 int box_k = WG_BK, CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B) {
+/* The tensor map of a row-major matrix of `type` (rows x cols, `pitch` bytes between rows: a multiple of 16; 16-byte
+ * aligned) in boxes of box_cols x box_rows, in the swizzle sw, zeros outside. The encoder is the driver's, found
+ * through the runtime (no link to libcuda). */
+static inline cudaError_t wg_map_any(CUtensorMap *map, CUtensorMapDataType type, const void *g, int64_t rows,
+                                     int64_t cols, int64_t pitch, int box_cols, int box_rows, CUtensorMapSwizzle sw) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode; /* racing first callers store the same pointer */
     if (!encode) {
         cudaDriverEntryPointQueryResult q;
@@ -272,12 +272,17 @@ static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64
         if (e != cudaSuccess) return e;
         if (q != cudaDriverEntryPointSuccess || !encode) return cudaErrorSymbolNotFound;
     }
-    const cuuint64_t dims[2] = {(cuuint64_t)K, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)K * 2};
-    const cuuint32_t box[2] = {(cuuint32_t)box_k, (cuuint32_t)box_rows}, estr[2] = {1, 1};
-    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, (void *)g, dims, strides, box, estr,
-                              CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)pitch};
+    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    const CUresult r = encode(map, type, 2, (void *)g, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+/* A row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of box_k x box_rows (64: one 128-byte swizzle row,
+ * the GEMM's), in the swizzle sw. */
+static inline cudaError_t wg_map(CUtensorMap *map, const __nv_bfloat16 *g, int64_t rows, int64_t K, int box_rows,
+                                 int box_k = WG_BK, CUtensorMapSwizzle sw = CU_TENSOR_MAP_SWIZZLE_128B) {
+    return wg_map_any(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, g, rows, K, K * 2, box_k, box_rows, sw);
 }
 
 /* What one launch computes, in host terms: y[i] (m x n[i], f32) = sum over p < products of
@@ -344,18 +349,26 @@ template <class T> static inline cudaError_t wg_launch(void (*kernel)(wg_job, in
 #ifndef WG_LARGE_FILL
 #define WG_LARGE_FILL 5
 #endif
+/* The device's SM count (132 where it cannot be read), asked once; racing first callers store the same value. */
+static inline int wg_sms(void) {
+    static int sms;
+    int dev = 0, v = 0;
+    if (!sms) {
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
+            v = 132;
+        sms = v;
+    }
+    return sms;
+}
 static inline int wg_small_for(int64_t large_blocks) {
-    static int force = -1, sms; /* racing first callers store the same values */
+    static int force = -1; /* racing first callers store the same value */
     if (force < 0) {
         const char *v = getenv("QUILL_WG_TILE");
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-                                                      cudaSuccess)
-            sms = 132;
         force = v && !strcmp(v, "large") ? 1 : v && !strcmp(v, "small") ? 2 : 0;
     }
     if (force) return force == 2;
-    return large_blocks * 8 < (int64_t)WG_LARGE_FILL * sms;
+    return large_blocks * 8 < (int64_t)WG_LARGE_FILL * wg_sms();
 }
 static inline int wg_use_small(const wg_args *a, int m) { return wg_small_for(wg_blocks<wg_large>(a, m)); }
 

@@ -8,35 +8,25 @@
  * output as y = s P_t + (b X_t + y), X_t = the tile's sum of x (xsum_kernel). In real arithmetic that is sum_k (s q_k +
  * b) x_k, the weight's own product, with no rounding of w to bf16 hi and lo parts.
  *
- * Work. As cuda_gemm_wg.cuh's kernel, a producer warpgroup and C consumer warpgroups of 64 rows each, over 128
- * outputs of one weight. The producer's thread 0 sends the tile's x_hi and x_lo by TMA; its 128 threads each own a
- * weight row: they copy the row's codes, scale and bias (and thread r < BM row r's X) into a ring of raw slots by
- * cp.async, WQ_RAW - 1 tiles ahead, then write the row's codes as bf16 into the stage, where TMA's 128-byte swizzle
- * would put them, with s, b and X as floats beside them; then the fence to the async proxy and the stage's full
- * barrier. A consumer runs the tile's 8 k16 steps into one of two accumulators, and while they run folds the other
- * (the tile before) into y: two accumulators and y are 192 registers a thread.
+ * Work. The output is computed transposed: a consumer warpgroup's 64 weight rows are wgmma's M (A, from registers)
+ * and the block's NR rows of x its N (B, from shared memory by the tensor cores), so
+ * - each consumer thread makes its own A fragments from the codes: byte cq of a code word is mma.sync's pair of k
+ *   slots 2 cq, 2 cq + 1 (no shuffle, no producer conversion, no bf16 weight tile in shared memory);
+ * - a weight row's scale and bias belong to an accumulator row: 4 values a thread a tile, from global memory;
+ * - N can be as small as a short prompt (32 rows), with NACC tiles in flight at once, each in an accumulator of its
+ *   own, so that a short prompt is not one chain of dependent steps.
+ * One producer thread sends each K tile's x_hi and x_lo (NR rows, 128-byte swizzle), the block's code words (64 C
+ * rows x 8 words) and the tile's X (NR floats of the transposed sums) by TMA into a stage. (The first form of this
+ * kernel, session 42, had x as A and a producer warpgroup writing the codes as a bf16 tile: the same bits, 1.1-1.6x
+ * the time, docs/performance.md.)
  *
- * EXACT(batch): an output is one block's sequence of tiles, each the same 8 instructions and the same fold, whatever m
- * is or which tile (large: 128 rows, small: 64) computes it, and rows never meet. */
+ * EXACT(batch): an output is one block's sequence of tiles, each the same 8 k16 steps (m64nNk16 gives the same sums
+ * whatever N: bench_wgmma checks every tile against the others) and the same fold, whatever m is or which tile
+ * computes it, and rows never meet. */
 #ifndef QUILL_CUDA_GEMM_WGQ_CUH
 #define QUILL_CUDA_GEMM_WGQ_CUH
 
 #include "cuda_gemm_wg.cuh"
-
-#define WQ_RAW 4 /* raw slots: codes in flight WQ_RAW - 1 tiles ahead of the conversion */
-
-/* C consumer warpgroups (64 rows each) x 128 outputs, S stages. A stage: x_hi and x_lo tiles (BM x 64 bf16 each), the
- * weight tile (128 x 64 bf16 codes), then s and b (128 floats each) and X (BM floats). A raw slot: the 128 rows' codes
- * (32 bytes each), their scale and bias words, and BM words of X. */
-template <int C, int S> struct wq_tile {
-    static constexpr int CW = C, BM = 64 * C, BN = 128, THREADS = 128 * (1 + C), STAGES = S;
-    static constexpr int X_BYTES = BM * WG_BK * 2, W_BYTES = BN * WG_BK * 2;
-    static constexpr int PAR = 2 * X_BYTES + W_BYTES, PAR_BYTES = (BN * 8 + BM * 4 + 1023) / 1024 * 1024;
-    static constexpr int STAGE_BYTES = PAR + PAR_BYTES, RAW_SLOT = BN * 40 + BM * 4;
-    static constexpr int SMEM = S * STAGE_BYTES + WQ_RAW * RAW_SLOT + 1024;
-};
-typedef wq_tile<2, 4> wq_large; /* 128 x 128: 4 stages of 49 KB and the raw slots: 223 KB, one block an SM */
-typedef wq_tile<1, 4> wq_small; /* 64 x 128: 137 KB, one block an SM (the consumer's 192 accumulators) */
 
 /* A 4-bit affine weight (n x K) as the kernel takes it: codes K / 8 words a row (element 8 i + e in word i's bits
  * 4e..4e+3), 16-byte aligned; a scale and a bias per group of `group` values of a row (group % 64 == 0, K % group
@@ -52,23 +42,7 @@ static inline int wg_q4_ok(const wg_q4 *q, int64_t K) {
            (q->sb_fmt == QW_BF16 || q->sb_fmt == QW_F16 || q->sb_fmt == QW_F32);
 }
 
-struct wq_job {
-    CUtensorMap x[2]; /* x_hi, x_lo: boxes of BM rows x 64 */
-    wg_q4 q[WG_WEIGHTS];
-    const float *xs; /* m x K / 64: each row's sums of x over the K tiles */
-    float *y[WG_WEIGHTS];
-    int n[WG_WEIGHTS], nb0[WG_WEIGHTS + 1];
-    int count;
-};
-
-/* The shared-memory accesses of the producer and the fold, at 32-bit shared addresses. */
-__device__ __forceinline__ uint32_t wq_lds32(uint32_t a) {
-    uint32_t v = 0;
-#if WG_ON
-    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(a));
-#endif
-    return v;
-}
+/* The consumers' shared-memory loads, at 32-bit shared addresses. */
 __device__ __forceinline__ float2 wq_lds64(uint32_t a) {
     float2 v = make_float2(0.0f, 0.0f);
 #if WG_ON
@@ -83,16 +57,6 @@ __device__ __forceinline__ uint4 wq_lds128(uint32_t a) {
 #endif
     return v;
 }
-__device__ __forceinline__ void wq_sts32(uint32_t a, uint32_t v) {
-#if WG_ON
-    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(a), "r"(v));
-#endif
-}
-__device__ __forceinline__ void wq_sts128(uint32_t a, uint4 v) {
-#if WG_ON
-    asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
-#endif
-}
 
 /* Group g's scale or bias from the 4-byte word that holds it (its address rounded down to 4 bytes): fmt QW_BF16,
  * QW_F16 or QW_F32; a 2-byte value is the word's high half when g is odd. */
@@ -105,207 +69,227 @@ __device__ __forceinline__ float wq_sb_value(uint32_t word, int fmt, int64_t g) 
 __host__ __device__ __forceinline__ int64_t wq_sb_offset(int fmt, int64_t g) {
     return fmt == QW_F32 ? g * 4 : (g * 2) & ~(int64_t)3;
 }
-/* A code word's 8 codes as 8 bf16 values q (exact): 0x4300 | q is the bf16 128 + q, less 128. */
-__device__ __forceinline__ uint4 wq_codes_bf16(uint32_t u) {
-    uint32_t o[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint32_t t = u >> (8 * i), v = (t & 0xFu) | ((t & 0xF0u) << 12) | 0x43004300u;
-        const __nv_bfloat162 r = __hsub2(*(const __nv_bfloat162 *)&v, __floats2bfloat162_rn(128.0f, 128.0f));
-        o[i] = *(const uint32_t *)&r;
-    }
-    return make_uint4(o[0], o[1], o[2], o[3]);
+
+/* C consumer warpgroups (64 weight rows each) x NR rows of x, NACC tiles in flight a consumer, S stages, B blocks an
+ * SM. A stage: x_hi and x_lo (NR x 64 bf16 each, swizzled), the codes (64 C rows x 32 bytes), X (NR floats). */
+template <int C, int NR, int NACC, int S, int B, int TU = 8> struct wq_tile {
+    static constexpr int CW = C, BO = 64 * C, ROWS = NR, ACC = NACC, STAGES = S, THREADS = 128 * (1 + C);
+    static constexpr int BLOCKS = B, TURN = TU;
+    static constexpr int X_BYTES = NR * WG_BK * 2, Q_BYTES = BO * 32, XS_BYTES = NR * 4;
+    static constexpr int TX = 2 * X_BYTES + Q_BYTES + XS_BYTES;
+    static constexpr int STAGE_BYTES = (TX + 1023) / 1024 * 1024;
+    static constexpr int SMEM = S * STAGE_BYTES + 1024;
+    /* registers: the launch's share a thread, then the producer's 40 and the consumers' rest (setmaxnreg) */
+    static constexpr int R0 = (65536 / (THREADS * B)) / 8 * 8 > 255 ? 248 : (65536 / (THREADS * B)) / 8 * 8;
+    static constexpr int RC0 = (R0 * THREADS - 40 * 128) / (128 * C) / 8 * 8;
+    static constexpr int RC = RC0 > 240 ? 240 : RC0;
+    static_assert(S > NACC && NACC <= 4 && TU % NACC == 0, "a stage for the tile made while NACC are in flight");
+    static_assert(SMEM <= 227 * 1024 / B, "B blocks an SM");
+};
+
+struct wq_job {
+    CUtensorMap x[2];          /* x_hi, x_lo: boxes of NR rows x 64 */
+    CUtensorMap q[WG_WEIGHTS]; /* codes: uint32 n x K / 8, boxes of 64 C rows x 8 words */
+    CUtensorMap xs;            /* the tile sums, transposed: float KT x m (pitch xs_pitch), boxes of NR x 1 */
+    wg_q4 w[WG_WEIGHTS];
+    float *y[WG_WEIGHTS];
+    int n[WG_WEIGHTS], nb0[WG_WEIGHTS + 1];
+    int count;
+};
+
+/* A code word's byte (bits 0..7 of u) as the bf16x2 of its two codes, the low nibble in the low half. */
+__device__ __forceinline__ uint32_t wq_pair(uint32_t u) {
+    const uint32_t v = (u & 0xFu) | ((u & 0xF0u) << 12) | 0x43004300u;
+    const __nv_bfloat162 r = __hsub2(*(const __nv_bfloat162 *)&v, __floats2bfloat162_rn(128.0f, 128.0f));
+    return *(const uint32_t *)&r;
 }
 
-/* The producer (module comment). Thread r owns weight row r of the block's 128 and, for r < BM, row r's X. */
-template <class T> __device__ __forceinline__ void wq_produce(const wq_job &job, int m, int K, int row0, int wi,
-                                                              int col0, uint32_t base, uint64_t *full,
-                                                              uint64_t *empty) {
-    constexpr int R = WQ_RAW;
-    const int KT = K / WG_BK, r = threadIdx.x, n = job.n[wi];
-    const wg_q4 q = job.q[wi];
-    const int64_t o = col0 + r, xr = row0 + r, wpr = K / 8, gpr = K / q.group;
-    const bool wrow = o < n, xrow = r < T::BM && xr < m;
-    const uint32_t raw = base + (uint32_t)(T::STAGES * T::STAGE_BYTES);
-    auto issue = [&](int t) {
-        const uint32_t slot = raw + (uint32_t)((t % R) * T::RAW_SLOT);
-        if (wrow) {
-            const uint32_t *src = q.codes + o * wpr + t * 8;
-            const int64_t g = o * gpr + (int64_t)t * WG_BK / q.group;
-            cu_cp_async16(slot + r * 32, src, true);
-            cu_cp_async16(slot + r * 32 + 16, src + 4, true);
-            cu_cp_async4(slot + T::BN * 32 + r * 4, (const char *)q.scales + wq_sb_offset(q.sb_fmt, g), true);
-            cu_cp_async4(slot + T::BN * 36 + r * 4, (const char *)q.biases + wq_sb_offset(q.sb_fmt, g), true);
-        }
-        if (xrow) cu_cp_async4(slot + T::BN * 40 + r * 4, job.xs + xr * KT + t, true);
-    };
-    for (int t = 0; t < R - 1; t++) { /* a group a tile, empty ones too: the wait below counts groups */
-        if (t < KT) issue(t);
-        cu_cp_commit();
-    }
-    for (int t = 0; t < KT; t++) {
-        if (t + R - 1 < KT) issue(t + R - 1); /* into the slot tile t - 1 left */
-        cu_cp_commit();
-        cu_cp_wait<R - 1>(); /* tile t's copies have landed */
-        const int s = t % T::STAGES;
-        if (t >= T::STAGES) wg_bar_wait(cu_smem_addr(&empty[s]), (uint32_t)((t / T::STAGES - 1) & 1));
-        const uint32_t bar = cu_smem_addr(&full[s]), st = base + (uint32_t)s * T::STAGE_BYTES;
-        if (r == 0) {
-            wg_bar_expect(bar, 2 * T::X_BYTES);
-            wg_tma_load(st, &job.x[0], t * WG_BK, row0, bar);
-            wg_tma_load(st + T::X_BYTES, &job.x[1], t * WG_BK, row0, bar);
-        }
-        const uint32_t slot = raw + (uint32_t)((t % R) * T::RAW_SLOT), wt = st + 2 * T::X_BYTES; /* the weight tile */
-        const uint32_t par = st + T::PAR;
-        float sc = 0.0f, bi = 0.0f;
-        if (wrow) {
-            const int64_t g = o * gpr + (int64_t)t * WG_BK / q.group;
-            sc = wq_sb_value(wq_lds32(slot + T::BN * 32 + r * 4), q.sb_fmt, g);
-            bi = wq_sb_value(wq_lds32(slot + T::BN * 36 + r * 4), q.sb_fmt, g);
-            const uint4 u0 = wq_lds128(slot + r * 32), u1 = wq_lds128(slot + r * 32 + 16);
-            const uint32_t w[8] = {u0.x, u0.y, u0.z, u0.w, u1.x, u1.y, u1.z, u1.w};
+template <int N> __device__ __forceinline__ void wq_pin(float (&d)[N]) {
 #pragma unroll
-            for (int i = 0; i < 8; i++) wq_sts128(wt + cu_swz<WG_BK>(r, i), wq_codes_bf16(w[i]));
-        } else {
-#pragma unroll
-            for (int i = 0; i < 8; i++) wq_sts128(wt + cu_swz<WG_BK>(r, i), make_uint4(0, 0, 0, 0));
-        }
-        wq_sts32(par + r * 4, __float_as_uint(sc));
-        wq_sts32(par + T::BN * 4 + r * 4, __float_as_uint(bi));
-        if (r < T::BM) wq_sts32(par + T::BN * 8 + r * 4, xrow ? wq_lds32(slot + T::BN * 40 + r * 4) : 0u);
-#if WG_ON
-        cu_fence_proxy_async(); /* the stores above, before wgmma reads them */
-#endif
-        wg_bar_arrive(bar);
-    }
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* y += s P + b X for the consumer's accumulators p of the tile whose stage is st (module comment): d[4 j + v] is row
- * 16 warp + lane / 4 (+ 8 for v >= 2) and output 8 j + 2 (lane % 4) (+ 1 for odd v) of the consumer's 64 x 128. */
-template <class T> __device__ __forceinline__ void wq_fold(float (&y)[64], const float (&p)[64], uint32_t st, int c,
-                                                           int warp, int lane) {
-    const uint32_t par = st + T::PAR;
-    const int rr = c * 64 + warp * 16 + (lane >> 2);
-    const float x0 = __uint_as_float(wq_lds32(par + T::BN * 8 + rr * 4));
-    const float x1 = __uint_as_float(wq_lds32(par + T::BN * 8 + (rr + 8) * 4));
-#pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int col = j * 8 + 2 * (lane & 3);
-        const float2 s = wq_lds64(par + col * 4), b = wq_lds64(par + T::BN * 4 + col * 4);
-        y[4 * j] = fmaf(s.x, p[4 * j], fmaf(b.x, x0, y[4 * j]));
-        y[4 * j + 1] = fmaf(s.y, p[4 * j + 1], fmaf(b.y, x0, y[4 * j + 1]));
-        y[4 * j + 2] = fmaf(s.x, p[4 * j + 2], fmaf(b.x, x1, y[4 * j + 2]));
-        y[4 * j + 3] = fmaf(s.y, p[4 * j + 3], fmaf(b.y, x1, y[4 * j + 3]));
-    }
-}
+/* The consumer thread's view: weight rows lo and lo + 8 of the block's code tile (warp 16 rows, lane / 4), byte
+ * lane % 4 of each code word. */
+struct wq_lane {
+    int rlo, cq, lane;
+    int64_t olo, ohi, gpr;
+    bool vlo, vhi;
+    const char *sc, *bi;
+    int fmt, group;
+};
 
-/* A consumer's tile t: its 8 k16 steps into p (x_hi's then x_lo's, a fresh sum), committed as a group. */
+/* Tile t's A fragments (a[4 j + i]: k-step j's registers, mma.sync's order: rows lo, lo + 8 at slots 2 cq, then at
+ * slots 8 + 2 cq) from its stage's codes, and its rows' scales and biases (global, L1). */
 template <class T>
-__device__ __forceinline__ void wq_issue(float (&p)[64], int t, uint32_t base, uint64_t *full, int c) {
+__device__ __forceinline__ void wq_make(uint32_t (&a)[16], float (&sb)[4], int t, uint32_t base, uint64_t *full,
+                                        const wq_lane &L) {
     const int s = t % T::STAGES;
-    const uint32_t st = base + (uint32_t)s * T::STAGE_BYTES, a = st + c * 64 * 128, b = st + 2 * T::X_BYTES;
+    const int64_t gi = (int64_t)t * WG_BK / L.group;
+    sb[0] = L.vlo ? wq_sb_value(__ldg((const uint32_t *)(L.sc + wq_sb_offset(L.fmt, L.olo * L.gpr + gi))), L.fmt,
+                                L.olo * L.gpr + gi)
+                  : 0.0f;
+    sb[1] = L.vlo ? wq_sb_value(__ldg((const uint32_t *)(L.bi + wq_sb_offset(L.fmt, L.olo * L.gpr + gi))), L.fmt,
+                                L.olo * L.gpr + gi)
+                  : 0.0f;
+    sb[2] = L.vhi ? wq_sb_value(__ldg((const uint32_t *)(L.sc + wq_sb_offset(L.fmt, L.ohi * L.gpr + gi))), L.fmt,
+                                L.ohi * L.gpr + gi)
+                  : 0.0f;
+    sb[3] = L.vhi ? wq_sb_value(__ldg((const uint32_t *)(L.bi + wq_sb_offset(L.fmt, L.ohi * L.gpr + gi))), L.fmt,
+                                L.ohi * L.gpr + gi)
+                  : 0.0f;
     wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / T::STAGES) & 1));
+    const uint32_t qt = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES;
+    const uint4 l0 = wq_lds128(qt + L.rlo * 32), l1 = wq_lds128(qt + L.rlo * 32 + 16);
+    const uint4 h0 = wq_lds128(qt + (L.rlo + 8) * 32), h1 = wq_lds128(qt + (L.rlo + 8) * 32 + 16);
+    const uint32_t lo[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
+    const uint32_t hi[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    const int sh = 8 * L.cq;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        a[4 * j] = wq_pair(lo[2 * j] >> sh);
+        a[4 * j + 1] = wq_pair(hi[2 * j] >> sh);
+        a[4 * j + 2] = wq_pair(lo[2 * j + 1] >> sh);
+        a[4 * j + 3] = wq_pair(hi[2 * j + 1] >> sh);
+    }
+}
+
+/* Tile t's 8 k16 steps into p (x_hi's then x_lo's, a fresh sum), committed as a group. */
+template <class T>
+__device__ __forceinline__ void wq_issue(float (&p)[T::ROWS / 2], const uint32_t (&a)[16], int t, uint32_t base) {
+    const uint32_t xt = base + (uint32_t)(t % T::STAGES) * T::STAGE_BYTES;
     wg_fence();
 #pragma unroll
-    for (int k = 0; k < WG_BK / 16; k++) wg_mma(p, wg_desc(a + 32 * k), wg_desc(b + 32 * k), k > 0);
+    for (int j = 0; j < 4; j++) {
+        const uint32_t f[4] = {a[4 * j], a[4 * j + 1], a[4 * j + 2], a[4 * j + 3]};
+        wg_mma_ra<T::ROWS>(p, f, wg_desc(xt + 32 * j), j > 0);
+    }
 #pragma unroll
-    for (int k = 0; k < WG_BK / 16; k++) wg_mma(p, wg_desc(a + T::X_BYTES + 32 * k), wg_desc(b + 32 * k));
+    for (int j = 0; j < 4; j++) {
+        const uint32_t f[4] = {a[4 * j], a[4 * j + 1], a[4 * j + 2], a[4 * j + 3]};
+        wg_mma_ra<T::ROWS>(p, f, wg_desc(xt + T::X_BYTES + 32 * j), 1);
+    }
     wg_commit();
 }
-/* Tile t's sums p (done) folded into y, and its stage released. */
-template <class T> __device__ __forceinline__ void wq_retire(float (&y)[64], float (&p)[64], int t, uint32_t base,
-                                                             uint64_t *empty, int c, int warp, int lane) {
+
+/* y += s P + b X for tile t's sums p (done); then its stage is released. d[4 j + v] is weight row lo (+ 8 for v >=
+ * 2) and x row 8 j + 2 cq (+ 1 for odd v). */
+template <class T>
+__device__ __forceinline__ void wq_fold(float (&y)[T::ROWS / 2], const float (&p)[T::ROWS / 2], const float (&sb)[4],
+                                        int t, uint32_t base, uint64_t *empty, const wq_lane &L) {
     const int s = t % T::STAGES;
-    wq_fold<T>(y, p, base + (uint32_t)s * T::STAGE_BYTES, c, warp, lane);
-    if (lane == 0) wg_bar_arrive(cu_smem_addr(&empty[s]));
+    const uint32_t xs = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES + T::Q_BYTES;
+#pragma unroll
+    for (int j = 0; j < T::ROWS / 8; j++) {
+        const float2 X = wq_lds64(xs + (8 * j + 2 * L.cq) * 4);
+        y[4 * j] = fmaf(sb[0], p[4 * j], fmaf(sb[1], X.x, y[4 * j]));
+        y[4 * j + 1] = fmaf(sb[0], p[4 * j + 1], fmaf(sb[1], X.y, y[4 * j + 1]));
+        y[4 * j + 2] = fmaf(sb[2], p[4 * j + 2], fmaf(sb[3], X.x, y[4 * j + 2]));
+        y[4 * j + 3] = fmaf(sb[2], p[4 * j + 3], fmaf(sb[3], X.y, y[4 * j + 3]));
+    }
+    __syncwarp();
+    if (L.lane == 0) wg_bar_arrive(cu_smem_addr(&empty[s]));
 }
 
-/* grid (ceil(m / T::BM) * nb0[count]), T::THREADS threads, T::SMEM bytes of dynamic shared memory. K % 64 == 0. */
+/* wgmma.wait_group with the count known once the caller's loop is unrolled. */
+__device__ __forceinline__ void wq_wait(int n) {
+    if (n <= 0) wg_wait<0>();
+    else if (n == 1) wg_wait<1>();
+    else if (n == 2) wg_wait<2>();
+    else wg_wait<3>();
+}
+
+/* grid (ceil(m / NR) * nb0[count]), T::THREADS threads, T::SMEM bytes of dynamic shared memory. K % 64 == 0. */
 template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &job, int m, int K) {
-    constexpr int CW = T::CW;
+    constexpr int CW = T::CW, NR = T::ROWS, NA = T::ACC;
     extern __shared__ unsigned char wg_smem[];
     __shared__ __align__(8) uint64_t full[T::STAGES], empty[T::STAGES];
     const uint32_t base = (cu_smem_addr(wg_smem) + 1023u) & ~1023u;
     const int KT = K / WG_BK, wgi = threadIdx.x >> 7;
     int row0, wi, col0;
-    wg_block_tile(m, T::BM, T::BN, job.nb0, job.count, &row0, &wi, &col0);
+    wg_block_tile(m, NR, T::BO, job.nb0, job.count, &row0, &wi, &col0);
     if (threadIdx.x == 0) {
         for (int s = 0; s < T::STAGES; s++) {
-            wg_bar_init(cu_smem_addr(&full[s]), 129); /* thread 0's expect_tx and the producer's 128 */
-            wg_bar_init(cu_smem_addr(&empty[s]), 4 * CW);
+            wg_bar_init(cu_smem_addr(&full[s]), 1);
+            wg_bar_init(cu_smem_addr(&empty[s]), 4 * CW); /* every consumer warp */
         }
 #if WG_ON
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
 #endif
     }
     __syncthreads();
-    if (wgi == 0) {
-        if (CW == 2) wg_setmaxnreg_dec<56>();
-        wq_produce<T>(job, m, K, row0, wi, col0, base, full, empty);
+    if (wgi == 0) { /* producer */
+        if (T::RC > T::R0) wg_setmaxnreg_dec<40>();
+        if (threadIdx.x != 0) return;
+        for (int t = 0; t < KT; t++) {
+            const int s = t % T::STAGES;
+            if (t >= T::STAGES) wg_bar_wait(cu_smem_addr(&empty[s]), (uint32_t)((t / T::STAGES - 1) & 1));
+            const uint32_t bar = cu_smem_addr(&full[s]), st = base + (uint32_t)s * T::STAGE_BYTES;
+            wg_bar_expect(bar, T::TX);
+            wg_tma_load(st, &job.x[0], t * WG_BK, row0, bar);
+            wg_tma_load(st + T::X_BYTES, &job.x[1], t * WG_BK, row0, bar);
+            wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 8, col0, bar);
+            wg_tma_load(st + 2 * T::X_BYTES + T::Q_BYTES, &job.xs, row0, t, bar);
+        }
         return;
     }
-    if (CW == 2) wg_setmaxnreg_inc<224>(); /* 128 x 56 + 256 x 224 */
+    if (T::RC > T::R0) wg_setmaxnreg_inc<T::RC>();
     const int c = wgi - 1, warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-    float y[64], p0[64], p1[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++) y[i] = 0.0f;
-    /* two tiles a turn: tile t's steps run while tile t - 1's sums are folded (wait<1>: all but the last group) */
-    wq_issue<T>(p0, 0, base, full, c);
-    int t = 1;
-    for (; t + 1 < KT; t += 2) {
-        wq_issue<T>(p1, t, base, full, c);
-        wg_wait<1>();
-        wg_pin(p0);
-        wq_retire<T>(y, p0, t - 1, base, empty, c, warp, lane);
-        wq_issue<T>(p0, t + 1, base, full, c);
-        wg_wait<1>();
-        wg_pin(p1);
-        wq_retire<T>(y, p1, t, base, empty, c, warp, lane);
-    }
-    if (t < KT) { /* KT even: tiles KT - 2 (in p0) and KT - 1 */
-        wq_issue<T>(p1, t, base, full, c);
-        wg_wait<1>();
-        wg_pin(p0);
-        wq_retire<T>(y, p0, t - 1, base, empty, c, warp, lane);
-        wg_wait<0>();
-        wg_pin(p1);
-        wq_retire<T>(y, p1, t, base, empty, c, warp, lane);
-    } else { /* KT odd: tile KT - 1, in p0 */
-        wg_wait<0>();
-        wg_pin(p0);
-        wq_retire<T>(y, p0, t - 1, base, empty, c, warp, lane);
-    }
-    const int64_t r = row0 + c * 64 + warp * 16 + (lane >> 2);
+    wq_lane L;
+    L.rlo = c * 64 + warp * 16 + (lane >> 2), L.cq = lane & 3, L.lane = lane;
+    L.olo = col0 + L.rlo, L.ohi = L.olo + 8;
     const int n = job.n[wi];
+    L.vlo = L.olo < n, L.vhi = L.ohi < n;
+    L.sc = (const char *)job.w[wi].scales, L.bi = (const char *)job.w[wi].biases;
+    L.fmt = job.w[wi].sb_fmt, L.group = job.w[wi].group, L.gpr = K / job.w[wi].group;
+    float y[NR / 2], p[NA][NR / 2], sb[NA][4];
+    uint32_t a[NA][16];
+#pragma unroll
+    for (int i = 0; i < NR / 2; i++) y[i] = 0.0f;
+    /* A turn of the loop takes U tiles (KT % U == 0: wq_launch), NA of them in flight at once, each in an
+     * accumulator of its own, and leaves none in flight: ptxas cannot see across the loop's back edge that the A
+     * registers and accumulators it carries are retired, and then serializes every wgmma (C7513 / C7514). */
+    constexpr int U = T::TURN;
+    for (int t0 = 0; t0 < KT; t0 += U) {
+#pragma unroll
+        for (int u = 0; u < U + NA - 1; u++) {
+            if (u < U) {
+                wq_make<T>(a[u % NA], sb[u % NA], t0 + u, base, full, L);
+                wq_issue<T>(p[u % NA], a[u % NA], t0 + u, base);
+            }
+            const int f = u - (NA - 1); /* the tile folded now */
+            if (f >= 0) {
+                wq_wait(min(NA - 1, U - 1 - f));
+                wq_pin(p[f % NA]);
+                wq_fold<T>(y, p[f % NA], sb[f % NA], t0 + f, base, empty, L);
+            }
+        }
+    }
     float *__restrict__ out = job.y[wi];
 #pragma unroll
-    for (int j = 0; j < 16; j++) {
-        const int64_t col = col0 + j * 8 + 2 * (lane & 3);
+    for (int j = 0; j < NR / 8; j++) {
+        const int64_t r = row0 + 8 * j + 2 * L.cq;
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t rr = r + 8 * h;
-            const float v0 = y[4 * j + 2 * h], v1 = y[4 * j + 2 * h + 1];
-            if (rr >= m) continue;
-            if (col + 1 < n && !(n & 1)) {
-                *(float2 *)(out + rr * n + col) = make_float2(v0, v1);
-                continue;
-            }
-            if (col < n) out[rr * n + col] = v0;
-            if (col + 1 < n) out[rr * n + col + 1] = v1;
+        for (int v = 0; v < 4; v++) {
+            const int64_t rr = r + (v & 1), o = v >= 2 ? L.ohi : L.olo;
+            if (rr < m && o < n) out[rr * n + o] = y[4 * j + v];
         }
     }
 }
 
 template <class T>
-__global__ void __launch_bounds__(T::THREADS, 1) wq_gemm_kernel(const __grid_constant__ wq_job job, int m, int K) {
+__global__ void __launch_bounds__(T::THREADS, T::BLOCKS) wq_gemm_kernel(const __grid_constant__ wq_job job, int m,
+                                                                       int K) {
     wq_gemm_body<T>(job, m, K);
 }
 
 /* One launch: weights q[i] (n[i] x K) that share the rows x = x_hi + x_lo (m x K, bf16, 16-byte aligned) and their
- * tile sums xs (m x K / 64), y[i] (m x n[i], f32) = x . w_i^T in the arithmetic above. */
+ * tile sums transposed, xs_t (K / 64 x m, xs_pitch floats a row: a multiple of 4, 16-byte aligned); y[i] (m x n[i],
+ * f32) = x . w_i^T in the arithmetic above. */
 struct wq_args {
     const __nv_bfloat16 *x_hi, *x_lo;
-    const float *xs;
+    const float *xs_t;
+    int64_t xs_pitch;
     int count;
     wg_q4 q[WG_WEIGHTS];
     float *y[WG_WEIGHTS];
@@ -320,30 +304,56 @@ template <class T> static inline cudaError_t wq_launch(const wq_args *a, int m, 
         if (e != cudaSuccess) return e;
         attr = 1;
     }
+    if (a->count < 1 || a->count > WG_WEIGHTS || K % (WG_BK * T::TURN) || a->xs_pitch < m || a->xs_pitch % 4)
+        return cudaErrorInvalidValue;
     wq_job job;
     memset(&job, 0, sizeof job);
-    cudaError_t e = wg_map(&job.x[0], a->x_hi, m, K, T::BM);
-    if (e == cudaSuccess) e = wg_map(&job.x[1], a->x_lo, m, K, T::BM);
+    cudaError_t e = wg_map(&job.x[0], a->x_hi, m, K, T::ROWS);
+    if (e == cudaSuccess) e = wg_map(&job.x[1], a->x_lo, m, K, T::ROWS);
+    if (e == cudaSuccess)
+        e = wg_map_any(&job.xs, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a->xs_t, K / WG_BK, m, a->xs_pitch * 4, T::ROWS, 1,
+                       CU_TENSOR_MAP_SWIZZLE_NONE);
     if (e != cudaSuccess) return e;
-    job.xs = a->xs, job.count = a->count;
+    job.count = a->count;
     for (int i = 0; i < a->count; i++) {
         if (!wg_q4_ok(&a->q[i], K)) return cudaErrorInvalidValue;
-        job.q[i] = a->q[i], job.y[i] = a->y[i], job.n[i] = a->n[i];
-        job.nb0[i + 1] = job.nb0[i] + (a->n[i] + T::BN - 1) / T::BN;
+        e = wg_map_any(&job.q[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, a->q[i].codes, a->n[i], K / 8, K / 2, 8, T::BO,
+                       CU_TENSOR_MAP_SWIZZLE_NONE);
+        if (e != cudaSuccess) return e;
+        job.w[i] = a->q[i], job.y[i] = a->y[i], job.n[i] = a->n[i];
+        job.nb0[i + 1] = job.nb0[i] + (a->n[i] + T::BO - 1) / T::BO;
     }
-    const int64_t blocks = (int64_t)((m + T::BM - 1) / T::BM) * job.nb0[a->count];
+    const int64_t blocks = (int64_t)((m + T::ROWS - 1) / T::ROWS) * job.nb0[a->count];
     wq_gemm_kernel<T><<<(unsigned)blocks, T::THREADS, T::SMEM, st>>>(job, m, K);
     return cudaGetLastError();
 }
 
-/* The large tile when its blocks fill at least WG_LARGE_FILL / 8 of the SMs (as wg_pick_tile), else the small one:
- * the same bits either way. QUILL_WG_TILE=large or small forces one. */
+/* The tiles (bench_wgmma's 4-bit table, session 43): 32 rows and 4 tiles in flight for a short prompt, 64 rows and 2
+ * where the 128-row tile's blocks would leave a third of the SMs idle, else 128 rows by 128 weight rows; K not a
+ * multiple of 512 takes the last one a tile a turn. The same bits from each (the top comment), so the choice may
+ * follow m; QUILL_WQ_TILE=short|mid|long forces one where K allows it (read once; the A/B and the sanitizer runs). */
+typedef wq_tile<1, 32, 4, 6, 2> wq_short;
+typedef wq_tile<1, 64, 2, 5, 2> wq_mid;
+typedef wq_tile<2, 128, 1, 4, 1> wq_long;
+typedef wq_tile<2, 128, 1, 4, 1, 1> wq_any;
 static inline cudaError_t wq_gemm(const wq_args *a, int m, int K, cudaStream_t st) {
+    static int force = -1; /* racing first callers store the same value */
+    if (force < 0) {
+        const char *v = getenv("QUILL_WQ_TILE");
+        force = !v ? 0 : !strcmp(v, "short") ? 1 : !strcmp(v, "mid") ? 2 : !strcmp(v, "long") ? 3 : 0;
+    }
     if (a->count < 1 || a->count > WG_WEIGHTS || K % WG_BK) return cudaErrorInvalidValue;
+    if (K % (WG_BK * wq_long::TURN)) return wq_launch<wq_any>(a, m, K, st);
     int64_t nb = 0;
-    for (int i = 0; i < a->count; i++) nb += (a->n[i] + wq_large::BN - 1) / wq_large::BN;
-    if (wg_small_for((m + wq_large::BM - 1) / wq_large::BM * nb)) return wq_launch<wq_small>(a, m, K, st);
-    return wq_launch<wq_large>(a, m, K, st);
+    for (int i = 0; i < a->count; i++) nb += (a->n[i] + wq_long::BO - 1) / wq_long::BO;
+    int tile = force;
+    if (!tile) {
+        tile = m <= wq_short::ROWS ? 1 : 2;
+        if (tile == 2 && (m + wq_long::ROWS - 1) / wq_long::ROWS * nb * 10 >= 7 * (int64_t)wg_sms()) tile = 3;
+    }
+    if (tile == 1) return wq_launch<wq_short>(a, m, K, st);
+    if (tile == 2) return wq_launch<wq_mid>(a, m, K, st);
+    return wq_launch<wq_long>(a, m, K, st);
 }
 
 #endif
