@@ -126,18 +126,13 @@ __device__ __forceinline__ void wq_make(uint32_t (&a)[16], float (&sb)[4], int t
                                         const wq_lane &L) {
     const int s = t % T::STAGES;
     const int64_t gi = (int64_t)t * WG_BK / L.group;
-    sb[0] = L.vlo ? wq_sb_value(__ldg((const uint32_t *)(L.sc + wq_sb_offset(L.fmt, L.olo * L.gpr + gi))), L.fmt,
-                                L.olo * L.gpr + gi)
-                  : 0.0f;
-    sb[1] = L.vlo ? wq_sb_value(__ldg((const uint32_t *)(L.bi + wq_sb_offset(L.fmt, L.olo * L.gpr + gi))), L.fmt,
-                                L.olo * L.gpr + gi)
-                  : 0.0f;
-    sb[2] = L.vhi ? wq_sb_value(__ldg((const uint32_t *)(L.sc + wq_sb_offset(L.fmt, L.ohi * L.gpr + gi))), L.fmt,
-                                L.ohi * L.gpr + gi)
-                  : 0.0f;
-    sb[3] = L.vhi ? wq_sb_value(__ldg((const uint32_t *)(L.bi + wq_sb_offset(L.fmt, L.ohi * L.gpr + gi))), L.fmt,
-                                L.ohi * L.gpr + gi)
-                  : 0.0f;
+/* group gi's scale or bias (from p) of weight row o, 0 past n (a macro: the expression the kernel was measured with) */
+#define WQ_SB(p, o, ok) ((ok) ? wq_sb_value(__ldg((const uint32_t *)((p) + wq_sb_offset(L.fmt, (o) * L.gpr + gi))), \
+                                            L.fmt, (o) * L.gpr + gi)                                          \
+                              : 0.0f)
+    sb[0] = WQ_SB(L.sc, L.olo, L.vlo), sb[1] = WQ_SB(L.bi, L.olo, L.vlo);
+    sb[2] = WQ_SB(L.sc, L.ohi, L.vhi), sb[3] = WQ_SB(L.bi, L.ohi, L.vhi);
+#undef WQ_SB
     wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / T::STAGES) & 1));
     const uint32_t qt = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES;
     const uint4 l0 = wq_lds128(qt + L.rlo * 32), l1 = wq_lds128(qt + L.rlo * 32 + 16);
