@@ -101,8 +101,7 @@ template <int D> struct atc_bf16 {
 
 /* 16 bytes of shared memory at addr as four words XOR 0x80808080 (each q8 code byte as code + 128). */
 __device__ __forceinline__ uint4 atc_q8_lds(uint32_t addr) {
-    uint4 u;
-    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(addr));
+    const uint4 u = cu_lds128(addr);
     return make_uint4(u.x ^ 0x80808080u, u.y ^ 0x80808080u, u.z ^ 0x80808080u, u.w ^ 0x80808080u);
 }
 

@@ -54,9 +54,9 @@ typedef wg_tile<1, 1, WG_STAGES> wg_small; /* 64 x 128, 4 stages of 24 KB: 97 KB
 #define WG_PRODUCTS 3
 
 /* Pins the accumulators: no use of them moves across this point (they are written asynchronously). */
-__device__ __forceinline__ void wg_pin(float (&d)[64]) {
+template <int N> __device__ __forceinline__ void wg_pin(float (&d)[N]) {
 #pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 /* d += A . B^T for one k16 step: A 64 x 16 (descriptor da), B 128 x 16 (db), both K-major; d = A . B^T when
@@ -141,6 +141,21 @@ struct wg_job {
     int xsel[WG_PRODUCTS];
 };
 
+/* A ring's barriers, by thread 0, before any thread uses them: a stage's `full` completes on the producer's one
+ * arrival and its copies' bytes, its `empty` on one arrival of each of the `consumers` (every consumer warp). */
+__device__ __forceinline__ void wg_stage_bars_init(uint64_t *full, uint64_t *empty, int stages, int consumers) {
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < stages; s++) {
+            wg_bar_init(cu_smem_addr(&full[s]), 1);
+            wg_bar_init(cu_smem_addr(&empty[s]), consumers);
+        }
+#if WG_ON
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+    }
+    __syncthreads();
+}
+
 /* This block's tile: rows row0.. of weight wi's outputs col0.. (BM x BN). WG_GROUP_M row blocks walk the column
  * blocks together (L2 reuse of both operands); nb0[i] is weight i's first column block. */
 __device__ __forceinline__ void wg_block_tile(int m, int BM, int BN, const int *nb0, int count, int *row0, int *wi,
@@ -165,16 +180,7 @@ template <class T> __device__ __forceinline__ void wg_gemm_body(const wg_job &jo
     int row0, wi, col0;
     wg_block_tile(m, T::BM, T::BN, job.nb0, job.count, &row0, &wi, &col0);
     const int n = job.n[wi];
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < T::STAGES; s++) {
-            wg_bar_init(cu_smem_addr(&full[s]), 1);
-            wg_bar_init(cu_smem_addr(&empty[s]), 4 * CW); /* every consumer warp */
-        }
-#if WG_ON
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-    }
-    __syncthreads();
+    wg_stage_bars_init(full, empty, T::STAGES, 4 * CW);
     if (wgi == 0) { /* producer */
         if (CW == 2) wg_setmaxnreg_dec<40>();
         if (threadIdx.x != 0) return;

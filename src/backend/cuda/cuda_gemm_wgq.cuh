@@ -42,22 +42,6 @@ static inline int wg_q4_ok(const wg_q4 *q, int64_t K) {
            (q->sb_fmt == QW_BF16 || q->sb_fmt == QW_F16 || q->sb_fmt == QW_F32);
 }
 
-/* The consumers' shared-memory loads, at 32-bit shared addresses. */
-__device__ __forceinline__ float2 wq_lds64(uint32_t a) {
-    float2 v = make_float2(0.0f, 0.0f);
-#if WG_ON
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(a));
-#endif
-    return v;
-}
-__device__ __forceinline__ uint4 wq_lds128(uint32_t a) {
-    uint4 v = make_uint4(0, 0, 0, 0);
-#if WG_ON
-    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
-#endif
-    return v;
-}
-
 /* Group g's scale or bias from the 4-byte word that holds it (its address rounded down to 4 bytes): fmt QW_BF16,
  * QW_F16 or QW_F32; a 2-byte value is the word's high half when g is odd. */
 __device__ __forceinline__ float wq_sb_value(uint32_t word, int fmt, int64_t g) {
@@ -104,11 +88,6 @@ __device__ __forceinline__ uint32_t wq_pair(uint32_t u) {
     return *(const uint32_t *)&r;
 }
 
-template <int N> __device__ __forceinline__ void wq_pin(float (&d)[N]) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
 /* The consumer thread's view: weight rows lo and lo + 8 of the block's code tile (warp 16 rows, lane / 4), byte
  * lane % 4 of each code word. */
 struct wq_lane {
@@ -135,8 +114,8 @@ __device__ __forceinline__ void wq_make(uint32_t (&a)[16], float (&sb)[4], int t
 #undef WQ_SB
     wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / T::STAGES) & 1));
     const uint32_t qt = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES;
-    const uint4 l0 = wq_lds128(qt + L.rlo * 32), l1 = wq_lds128(qt + L.rlo * 32 + 16);
-    const uint4 h0 = wq_lds128(qt + (L.rlo + 8) * 32), h1 = wq_lds128(qt + (L.rlo + 8) * 32 + 16);
+    const uint4 l0 = cu_lds128(qt + L.rlo * 32), l1 = cu_lds128(qt + L.rlo * 32 + 16);
+    const uint4 h0 = cu_lds128(qt + (L.rlo + 8) * 32), h1 = cu_lds128(qt + (L.rlo + 8) * 32 + 16);
     const uint32_t lo[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
     const uint32_t hi[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
     const int sh = 8 * L.cq;
@@ -176,7 +155,7 @@ __device__ __forceinline__ void wq_fold(float (&y)[T::ROWS / 2], const float (&p
     const uint32_t xs = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES + T::Q_BYTES;
 #pragma unroll
     for (int j = 0; j < T::ROWS / 8; j++) {
-        const float2 X = wq_lds64(xs + (8 * j + 2 * L.cq) * 4);
+        const float2 X = cu_lds64f(xs + (8 * j + 2 * L.cq) * 4);
         y[4 * j] = fmaf(sb[0], p[4 * j], fmaf(sb[1], X.x, y[4 * j]));
         y[4 * j + 1] = fmaf(sb[0], p[4 * j + 1], fmaf(sb[1], X.y, y[4 * j + 1]));
         y[4 * j + 2] = fmaf(sb[2], p[4 * j + 2], fmaf(sb[3], X.x, y[4 * j + 2]));
@@ -203,16 +182,7 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
     const int KT = K / WG_BK, wgi = threadIdx.x >> 7;
     int row0, wi, col0;
     wg_block_tile(m, NR, T::BO, job.nb0, job.count, &row0, &wi, &col0);
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < T::STAGES; s++) {
-            wg_bar_init(cu_smem_addr(&full[s]), 1);
-            wg_bar_init(cu_smem_addr(&empty[s]), 4 * CW); /* every consumer warp */
-        }
-#if WG_ON
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
-    }
-    __syncthreads();
+    wg_stage_bars_init(full, empty, T::STAGES, 4 * CW);
     if (wgi == 0) { /* producer */
         if (T::RC > T::R0) wg_setmaxnreg_dec<40>();
         if (threadIdx.x != 0) return;
@@ -255,7 +225,7 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
             const int f = u - (NA - 1); /* the tile folded now */
             if (f >= 0) {
                 wq_wait(min(NA - 1, U - 1 - f));
-                wq_pin(p[f % NA]);
+                wg_pin(p[f % NA]);
                 wq_fold<T>(y, p[f % NA], sb[f % NA], t0 + f, base, empty, L);
             }
         }

@@ -1,13 +1,25 @@
 /* cuda_mma.cuh: the tensor-core building blocks the attention and GDN kernels share: mma.sync m16n8k16 (bf16
  * operands, f32 accumulators) and m16n8k8 (tf32, with the 3xTF32 split), ldmatrix (plain and transposed)
- * from XOR-swizzled shared tiles, bf16x2 packing with the f32 remainder split (x = hi + lo), and 16- and
- * 4-byte cp.async with zero fill. */
+ * from XOR-swizzled shared tiles, 16- and 8-byte shared loads, bf16x2 packing with the f32 remainder split
+ * (x = hi + lo), and 16- and 4-byte cp.async with zero fill. */
 #ifndef QUILL_CUDA_MMA_CUH
 #define QUILL_CUDA_MMA_CUH
 
 #include "cuda_common.cuh"
 
 __device__ __forceinline__ uint32_t cu_smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16 bytes (four words) and 8 bytes (two floats) of shared memory at addr. */
+__device__ __forceinline__ uint4 cu_lds128(uint32_t addr) {
+    uint4 u;
+    asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];\n" : "=r"(u.x), "=r"(u.y), "=r"(u.z), "=r"(u.w) : "r"(addr));
+    return u;
+}
+__device__ __forceinline__ float2 cu_lds64f(uint32_t addr) {
+    float2 v;
+    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+    return v;
+}
 
 __device__ __forceinline__ void cu_ldsm_x4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2, uint32_t &r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
