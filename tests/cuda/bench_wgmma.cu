@@ -138,6 +138,7 @@ static tile_row tile_rows(const uint16_t *x, const uint16_t *xl, const uint16_t 
 
 /* The fold's tiles (cuda_gemm_wgq.cuh), each checked against the others and timed on its own. */
 typedef cudaError_t (*wq_fn)(const wq_args *, int, int);
+typedef wq_tile<2, 128, 1, 4, 1, 2> wq_long_in_step; /* the long tile without its ping-pong (the A/B) */
 template <class T> static cudaError_t wq_run(const wq_args *a, int m, int K) { return wq_launch<T>(a, m, K, 0); }
 static const struct {
     const char *name;
@@ -146,6 +147,7 @@ static const struct {
 } k_wq[] = {{"short (32 rows)", wq_run<wq_short>, wq_short::TURN},
             {"mid (64 rows)", wq_run<wq_mid>, wq_mid::TURN},
             {"long (128 rows)", wq_run<wq_long>, wq_long::TURN},
+            {"long, in step", wq_run<wq_long_in_step>, wq_long_in_step::TURN},
             {"any (128, 1 a turn)", wq_run<wq_any>, wq_any::TURN}};
 #define N_WQ ((int)(sizeof k_wq / sizeof k_wq[0]))
 

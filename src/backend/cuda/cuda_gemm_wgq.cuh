@@ -16,9 +16,11 @@
  * - N can be as small as a short prompt (32 rows), with NACC tiles in flight at once, each in an accumulator of its
  *   own, so that a short prompt is not one chain of dependent steps.
  * One producer thread sends each K tile's x_hi and x_lo (NR rows, 128-byte swizzle), the block's code words (64 C
- * rows x 8 words) and the tile's X (NR floats of the transposed sums) by TMA into a stage. (The first form of this
- * kernel, session 42, had x as A and a producer warpgroup writing the codes as a bf16 tile: the same bits, 1.1-1.6x
- * the time, docs/performance.md.)
+ * rows x 8 words) and the tile's X (NR floats of the transposed sums) by TMA into a stage, and sleeps between its
+ * tries of a stage's barrier (wg_bar_wait_idle: its spinning took issue slots from the consumers). In the 128-row tile
+ * the two consumers take turns at the tensor cores (wq_loop_pp). (The first form of this kernel, session 42, had x
+ * as A and a producer warpgroup writing the codes as a bf16 tile: the same bits, 1.1-1.6x the time,
+ * docs/performance.md.)
  *
  * EXACT(batch): an output is one block's sequence of tiles, each the same 8 k16 steps (m64nNk16 gives the same sums
  * whatever N: bench_wgmma checks every tile against the others) and the same fold, whatever m is or which tile
@@ -55,10 +57,11 @@ __host__ __device__ __forceinline__ int64_t wq_sb_offset(int fmt, int64_t g) {
 }
 
 /* C consumer warpgroups (64 weight rows each) x NR rows of x, NACC tiles in flight a consumer, S stages, B blocks an
- * SM. A stage: x_hi and x_lo (NR x 64 bf16 each, swizzled), the codes (64 C rows x 32 bytes), X (NR floats). */
-template <int C, int NR, int NACC, int S, int B, int TU = 8> struct wq_tile {
+ * SM, TU K tiles a turn of the loop; PP: the two consumers take turns at the tensor cores (wq_loop_pp). A stage:
+ * x_hi and x_lo (NR x 64 bf16 each, swizzled), the codes (64 C rows x 32 bytes), X (NR floats). */
+template <int C, int NR, int NACC, int S, int B, int TU = 8, int PP = 0> struct wq_tile {
     static constexpr int CW = C, BO = 64 * C, ROWS = NR, ACC = NACC, STAGES = S, THREADS = 128 * (1 + C);
-    static constexpr int BLOCKS = B, TURN = TU;
+    static constexpr int BLOCKS = B, TURN = TU, PING = PP;
     static constexpr int X_BYTES = NR * WG_BK * 2, Q_BYTES = BO * 32, XS_BYTES = NR * 4;
     static constexpr int TX = 2 * X_BYTES + Q_BYTES + XS_BYTES;
     static constexpr int STAGE_BYTES = (TX + 1023) / 1024 * 1024;
@@ -68,6 +71,7 @@ template <int C, int NR, int NACC, int S, int B, int TU = 8> struct wq_tile {
     static constexpr int RC0 = (R0 * THREADS - 40 * 128) / (128 * C) / 8 * 8;
     static constexpr int RC = RC0 > 240 ? 240 : RC0;
     static_assert(S > NACC && NACC <= 4 && TU % NACC == 0, "a stage for the tile made while NACC are in flight");
+    static_assert(!PP || (C == 2 && NACC == 1 && S > 2), "ping-pong: two consumers, one tile each in flight");
     static_assert(SMEM <= 227 * 1024 / B, "B blocks an SM");
 };
 
@@ -98,20 +102,26 @@ struct wq_lane {
     int fmt, group;
 };
 
-/* Tile t's A fragments (a[4 j + i]: k-step j's registers, mma.sync's order: rows lo, lo + 8 at slots 2 cq, then at
- * slots 8 + 2 cq) from its stage's codes, and its rows' scales and biases (global, L1). */
-template <class T>
-__device__ __forceinline__ void wq_make(uint32_t (&a)[16], float (&sb)[4], int t, uint32_t base, uint64_t *full,
-                                        const wq_lane &L) {
-    const int s = t % T::STAGES;
+/* Tile t's words holding its rows' scales and biases (global, L1; 0 past n): w[0], w[1] row lo's, w[2], w[3] row
+ * lo + 8's. wq_sb_conv reads the values out of them. */
+__device__ __forceinline__ void wq_sb_load(uint32_t (&w)[4], int t, const wq_lane &L) {
     const int64_t gi = (int64_t)t * WG_BK / L.group;
-/* group gi's scale or bias (from p) of weight row o, 0 past n (a macro: the expression the kernel was measured with) */
-#define WQ_SB(p, o, ok) ((ok) ? wq_sb_value(__ldg((const uint32_t *)((p) + wq_sb_offset(L.fmt, (o) * L.gpr + gi))), \
-                                            L.fmt, (o) * L.gpr + gi)                                          \
-                              : 0.0f)
-    sb[0] = WQ_SB(L.sc, L.olo, L.vlo), sb[1] = WQ_SB(L.bi, L.olo, L.vlo);
-    sb[2] = WQ_SB(L.sc, L.ohi, L.vhi), sb[3] = WQ_SB(L.bi, L.ohi, L.vhi);
-#undef WQ_SB
+#define WQ_SBW(p, o, ok) ((ok) ? __ldg((const uint32_t *)((p) + wq_sb_offset(L.fmt, (o) * L.gpr + gi))) : 0u)
+    w[0] = WQ_SBW(L.sc, L.olo, L.vlo), w[1] = WQ_SBW(L.bi, L.olo, L.vlo);
+    w[2] = WQ_SBW(L.sc, L.ohi, L.vhi), w[3] = WQ_SBW(L.bi, L.ohi, L.vhi);
+#undef WQ_SBW
+}
+__device__ __forceinline__ void wq_sb_conv(float (&sb)[4], const uint32_t (&w)[4], int t, const wq_lane &L) {
+    const int64_t gi = (int64_t)t * WG_BK / L.group;
+    sb[0] = wq_sb_value(w[0], L.fmt, L.olo * L.gpr + gi), sb[1] = wq_sb_value(w[1], L.fmt, L.olo * L.gpr + gi);
+    sb[2] = wq_sb_value(w[2], L.fmt, L.ohi * L.gpr + gi), sb[3] = wq_sb_value(w[3], L.fmt, L.ohi * L.gpr + gi);
+}
+
+/* Tile t's A fragments (a[4 j + i]: k-step j's registers, mma.sync's order: rows lo, lo + 8 at slots 2 cq, then at
+ * slots 8 + 2 cq) from its stage's codes. */
+template <class T>
+__device__ __forceinline__ void wq_frags(uint32_t (&a)[16], int t, uint32_t base, uint64_t *full, const wq_lane &L) {
+    const int s = t % T::STAGES;
     wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / T::STAGES) & 1));
     const uint32_t qt = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES;
     const uint4 l0 = cu_lds128(qt + L.rlo * 32), l1 = cu_lds128(qt + L.rlo * 32 + 16);
@@ -126,6 +136,16 @@ __device__ __forceinline__ void wq_make(uint32_t (&a)[16], float (&sb)[4], int t
         a[4 * j + 2] = wq_pair(lo[2 * j + 1] >> sh);
         a[4 * j + 3] = wq_pair(hi[2 * j + 1] >> sh);
     }
+}
+
+/* Tile t's A fragments and its rows' scales and biases. */
+template <class T>
+__device__ __forceinline__ void wq_make(uint32_t (&a)[16], float (&sb)[4], int t, uint32_t base, uint64_t *full,
+                                        const wq_lane &L) {
+    uint32_t w[4];
+    wq_sb_load(w, t, L);
+    wq_sb_conv(sb, w, t, L);
+    wq_frags<T>(a, t, base, full, L);
 }
 
 /* Tile t's 8 k16 steps into p (x_hi's then x_lo's, a fresh sum), committed as a group. */
@@ -173,9 +193,71 @@ __device__ __forceinline__ void wq_wait(int n) {
     else wg_wait<3>();
 }
 
+/* A consumer's K loop: y += every tile's fold. A turn takes U tiles (KT % U == 0: wq_launch), NA of them in flight
+ * at once, each in an accumulator of its own, and leaves none in flight: ptxas cannot see across the loop's back edge
+ * that the A registers and accumulators it carries are retired, and then serializes every wgmma (C7513 / C7514). */
+template <class T>
+__device__ __forceinline__ void wq_loop(float (&y)[T::ROWS / 2], int KT, uint32_t base, uint64_t *full,
+                                        uint64_t *empty, const wq_lane &L) {
+    constexpr int NA = T::ACC, U = T::TURN;
+    float p[NA][T::ROWS / 2], sb[NA][4];
+    uint32_t a[NA][16];
+    for (int t0 = 0; t0 < KT; t0 += U) {
+#pragma unroll
+        for (int u = 0; u < U + NA - 1; u++) {
+            if (u < U) {
+                wq_make<T>(a[u % NA], sb[u % NA], t0 + u, base, full, L);
+                wq_issue<T>(p[u % NA], a[u % NA], t0 + u, base);
+            }
+            const int f = u - (NA - 1); /* the tile folded now */
+            if (f >= 0) {
+                wq_wait(min(NA - 1, U - 1 - f));
+                wg_pin(p[f % NA]);
+                wq_fold<T>(y, p[f % NA], sb[f % NA], t0 + f, base, empty, L);
+            }
+        }
+    }
+}
+
+/* The ping-pong form (T::PING: two consumers, one accumulator each). When both issue a tile's steps at once, both
+ * tiles finish together and both consumers fold at once while the tensor cores idle (ncu, session 43). Here consumer
+ * c issues tile t only after the other consumer has issued its tile t - 1 + c (named barriers 1 and 2; consumer 1
+ * opens consumer 0's first turn), so the tensor cores run one consumer's steps while the other folds its last tile
+ * and makes its next one's fragments. Same steps, same fold, same order: the same bits as wq_loop. */
+template <class T>
+__device__ __forceinline__ void wq_loop_pp(float (&y)[T::ROWS / 2], int KT, int c, uint32_t base, uint64_t *full,
+                                           uint64_t *empty, const wq_lane &L) {
+    constexpr int U = T::TURN;
+    float p[T::ROWS / 2];
+    uint32_t a[16], w[4];
+    wq_sb_load(w, 0, L);
+    if (c == 1) wg_named_arrive<1>(256);
+    for (int t0 = 0; t0 < KT; t0 += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int t = t0 + u;
+            uint32_t wn[4]; /* the next tile's scale and bias words, a tile ahead of their use: an L2 round trip */
+            wq_sb_load(wn, t + 1 < KT ? t + 1 : t, L);
+            wq_frags<T>(a, t, base, full, L);
+            if (c == 0) wg_named_sync<1>(256);
+            else wg_named_sync<2>(256);
+            wq_issue<T>(p, a, t, base);
+            if (c == 0) wg_named_arrive<2>(256);
+            else if (t + 1 < KT) wg_named_arrive<1>(256); /* consumer 1's last one has no taker */
+            float sb[4];
+            wq_sb_conv(sb, w, t, L);
+            wq_wait(0);
+            wg_pin(p);
+            wq_fold<T>(y, p, sb, t, base, empty, L);
+#pragma unroll
+            for (int i = 0; i < 4; i++) w[i] = wn[i];
+        }
+    }
+}
+
 /* grid (ceil(m / NR) * nb0[count]), T::THREADS threads, T::SMEM bytes of dynamic shared memory. K % 64 == 0. */
 template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &job, int m, int K) {
-    constexpr int CW = T::CW, NR = T::ROWS, NA = T::ACC;
+    constexpr int CW = T::CW, NR = T::ROWS;
     extern __shared__ unsigned char wg_smem[];
     __shared__ __align__(8) uint64_t full[T::STAGES], empty[T::STAGES];
     const uint32_t base = (cu_smem_addr(wg_smem) + 1023u) & ~1023u;
@@ -188,7 +270,7 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
         if (threadIdx.x != 0) return;
         for (int t = 0; t < KT; t++) {
             const int s = t % T::STAGES;
-            if (t >= T::STAGES) wg_bar_wait(cu_smem_addr(&empty[s]), (uint32_t)((t / T::STAGES - 1) & 1));
+            if (t >= T::STAGES) wg_bar_wait_idle(cu_smem_addr(&empty[s]), (uint32_t)((t / T::STAGES - 1) & 1));
             const uint32_t bar = cu_smem_addr(&full[s]), st = base + (uint32_t)s * T::STAGE_BYTES;
             wg_bar_expect(bar, T::TX);
             wg_tma_load(st, &job.x[0], t * WG_BK, row0, bar);
@@ -207,29 +289,11 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
     L.vlo = L.olo < n, L.vhi = L.ohi < n;
     L.sc = (const char *)job.w[wi].scales, L.bi = (const char *)job.w[wi].biases;
     L.fmt = job.w[wi].sb_fmt, L.group = job.w[wi].group, L.gpr = K / job.w[wi].group;
-    float y[NR / 2], p[NA][NR / 2], sb[NA][4];
-    uint32_t a[NA][16];
+    float y[NR / 2];
 #pragma unroll
     for (int i = 0; i < NR / 2; i++) y[i] = 0.0f;
-    /* A turn of the loop takes U tiles (KT % U == 0: wq_launch), NA of them in flight at once, each in an
-     * accumulator of its own, and leaves none in flight: ptxas cannot see across the loop's back edge that the A
-     * registers and accumulators it carries are retired, and then serializes every wgmma (C7513 / C7514). */
-    constexpr int U = T::TURN;
-    for (int t0 = 0; t0 < KT; t0 += U) {
-#pragma unroll
-        for (int u = 0; u < U + NA - 1; u++) {
-            if (u < U) {
-                wq_make<T>(a[u % NA], sb[u % NA], t0 + u, base, full, L);
-                wq_issue<T>(p[u % NA], a[u % NA], t0 + u, base);
-            }
-            const int f = u - (NA - 1); /* the tile folded now */
-            if (f >= 0) {
-                wq_wait(min(NA - 1, U - 1 - f));
-                wg_pin(p[f % NA]);
-                wq_fold<T>(y, p[f % NA], sb[f % NA], t0 + f, base, empty, L);
-            }
-        }
-    }
+    if constexpr (T::PING) wq_loop_pp<T>(y, KT, c, base, full, empty, L);
+    else wq_loop<T>(y, KT, base, full, empty, L);
     float *__restrict__ out = job.y[wi];
 #pragma unroll
     for (int j = 0; j < NR / 8; j++) {
@@ -293,13 +357,15 @@ template <class T> static inline cudaError_t wq_launch(const wq_args *a, int m, 
     return cudaGetLastError();
 }
 
-/* The tiles (bench_wgmma's 4-bit table, session 43): 32 rows and 4 tiles in flight for a short prompt, 64 rows and 2
- * where the 128-row tile's blocks would leave a third of the SMs idle, else 128 rows by 128 weight rows; K not a
- * multiple of 512 takes the last one a tile a turn. The same bits from each (the top comment), so the choice may
- * follow m; QUILL_WQ_TILE=short|mid|long forces one where K allows it (read once; the A/B and the sanitizer runs). */
-typedef wq_tile<1, 32, 4, 6, 2> wq_short;
-typedef wq_tile<1, 64, 2, 5, 2> wq_mid;
-typedef wq_tile<2, 128, 1, 4, 1> wq_long;
+/* The tiles (bench_wgmma's 4-bit table, sessions 43-44): 32 rows and 4 tiles in flight for a short prompt, 64 rows
+ * and 2 where the 128-row tile's blocks would leave a third of the SMs idle, else 128 rows by 128 weight rows with
+ * its consumers in ping-pong (2-7 % faster than in step at 2 tiles a turn; 5 % slower at 1); K not a multiple of 256
+ * takes 128 x 128 a tile a turn, in step. Turns of 4, 4 and 2 tiles: 8 a turn was 2-20 % slower (the unrolled loop's
+ * size). The same bits from each (the top comment), so the choice may follow m; QUILL_WQ_TILE=short|mid|long forces
+ * one where K allows it (read once; the A/B and the sanitizer runs). */
+typedef wq_tile<1, 32, 4, 6, 2, 4> wq_short;
+typedef wq_tile<1, 64, 2, 5, 2, 4> wq_mid;
+typedef wq_tile<2, 128, 1, 4, 1, 2, 1> wq_long;
 typedef wq_tile<2, 128, 1, 4, 1, 1> wq_any;
 static inline cudaError_t wq_gemm(const wq_args *a, int m, int K, cudaStream_t st) {
     static int force = -1; /* racing first callers store the same value */
@@ -308,7 +374,8 @@ static inline cudaError_t wq_gemm(const wq_args *a, int m, int K, cudaStream_t s
         force = !v ? 0 : !strcmp(v, "short") ? 1 : !strcmp(v, "mid") ? 2 : !strcmp(v, "long") ? 3 : 0;
     }
     if (a->count < 1 || a->count > WG_WEIGHTS || K % WG_BK) return cudaErrorInvalidValue;
-    if (K % (WG_BK * wq_long::TURN)) return wq_launch<wq_any>(a, m, K, st);
+    if (K % (WG_BK * 4)) return wq_launch<wq_any>(a, m, K, st); /* 4: the short and mid tiles' turns */
+    static_assert(wq_short::TURN == 4 && wq_mid::TURN == 4 && 4 % wq_long::TURN == 0, "the turns K must allow");
     int64_t nb = 0;
     for (int i = 0; i < a->count; i++) nb += (a->n[i] + wq_long::BO - 1) / wq_long::BO;
     int tile = force;

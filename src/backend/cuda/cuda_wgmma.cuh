@@ -38,6 +38,14 @@ template <int N> __device__ __forceinline__ void wg_wait(void) {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
+/* Named barrier ID (1..15) of n threads: sync waits for its phase, arrive counts without waiting. Two warpgroups
+ * take turns at the tensor cores with a pair of them (cuda_gemm_wgq.cuh's ping-pong). */
+template <int ID> __device__ __forceinline__ void wg_named_sync(int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
+}
+template <int ID> __device__ __forceinline__ void wg_named_arrive(int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"n"(ID), "r"(n) : "memory");
+}
 /* d (+)= A . B^T for one k16 step on 64 rows of A (the warp's m16 fragment a, as mma.sync takes it) and N rows
  * of B at descriptor db; accumulate 0: d = A . B^T (the accumulators' old values unused). */
 template <int N>
