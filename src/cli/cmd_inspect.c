@@ -150,7 +150,8 @@ int cmd_inspect(int argc, char **argv) {
     if (!backend) backend = "cpu";
 #endif
     qmemfit_params fp = {.n_ctx = (int)ctx, .n_parallel = (int)parallel, .prefill_chunk = 512,
-                         .prompt_cache_gib = pc_gib, .reserve_gib = reserve_gib};
+                         .prompt_cache_gib = pc_gib, .reserve_gib = reserve_gib,
+                         .no_dequant_copies = !memfit_dequant_copies(&cfg, backend)};
     int64_t free_b = 0, total_b = 0;
     const char *source = NULL;
     if (memfit_device_memory(backend, 0, &free_b, &total_b, &source) != Q_OK) {

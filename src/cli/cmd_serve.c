@@ -135,7 +135,8 @@ static int startup_fit(const char *dir, const char *backend, const serve_opts *o
         return 1;
     }
     qmemfit_params p = {.n_ctx = *n_ctx, .n_parallel = (int)o->parallel, .prefill_chunk = (int)o->prefill_chunk,
-                        .kv_budget_rows = o->kv_budget_rows, .prompt_cache_gib = 0, .reserve_gib = o->reserve_gib};
+                        .kv_budget_rows = o->kv_budget_rows, .prompt_cache_gib = 0, .reserve_gib = o->reserve_gib,
+                        .no_dequant_copies = !memfit_dequant_copies(&cfg, backend)};
     qmemfit f;
     memfit_compute(&cfg, weights, &p, free_b, total_b, src, &f);
     qwen35_config_free(&cfg);

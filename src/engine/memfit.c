@@ -11,6 +11,7 @@
 #include "../format/safetensors.h"
 #include "../model/qwen35.h"
 #ifdef QUILL_HAVE_CUDA
+#include "../backend/cuda/cuda_backend.h"
 #include "../backend/cuda/cuda_device.h"
 #endif
 
@@ -86,15 +87,29 @@ qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out,
     return Q_OK;
 }
 
+int memfit_dequant_copies(const qwen35_config *cfg, const char *backend) {
+    const qquant_config *q = &cfg->quant;
+    if (!q->enabled) return 0;
+    int folds = backend && !strcmp(backend, "cuda");
+#ifdef QUILL_HAVE_CUDA
+    folds = folds && cuda_prefill_folds(q->bits, q->group);
+    for (int i = 0; folds && i < q->n_overrides; i++)
+        if (!q->overrides[i].disabled) folds = cuda_prefill_folds(q->overrides[i].bits, q->overrides[i].group);
+#else
+    folds = 0;
+#endif
+    return !folds;
+}
+
 /* What CUDA's kernels hold besides the model's scratch, as upper bounds (counted on every backend, as
- * the attention partials above): the prefill GEMM's bf16 hi/lo copies of a chunk's activations and of
- * the largest call's 4-bit weights dequantized (cuda_gemm.cu) and its 32 MiB cuBLASLt workspace; the chunked
+ * the attention partials above): the prefill GEMM's bf16 hi/lo copies of a chunk's activations and, where
+ * `copies`, of the largest call's 4-bit weights dequantized (cuda_gemm.cu) and its 32 MiB cuBLASLt workspace; the chunked
  * gated delta rule's window (cuda_gdn_chunked.cu, 128 MiB); the decode matmul's split-K partials (at
  * most 16 slices of n_parallel rows of the widest non-head matrix, or the head's slices of the output
  * rows, one buffer for both; the head's slices are short enough that 4 tiles of staged bf16 rows fit
  * 100 KB, K/32 units over S <= 50, so S = 4 at hidden 4096: cuda_gemv_plan.cuh gemv_tc_split) and its
  * rows split for more than 4 rows (~4 bytes per row and input). Growing buffers keep 1.5x headroom. */
-static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int chunk) {
+static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int chunk, int copies) {
     int64_t wide = c->intermediate, k_max = c->intermediate > c->hidden ? c->intermediate : c->hidden;
     const int64_t q = 2LL * c->n_heads * c->head_dim;
     const int64_t qkv = qwen35_conv_dim(c);
@@ -106,7 +121,8 @@ static int64_t cuda_kernel_scratch(const qwen35_config *c, int n_parallel, int c
     int64_t group = 2LL * c->intermediate;
     if (qkv + zdim + 2LL * c->lin_n_v_heads > group) group = qkv + zdim + 2LL * c->lin_n_v_heads;
     if (q + kv > group) group = q + kv;
-    const int64_t gemm = (4 * (int64_t)chunk * k_max + 4 * group * c->hidden) * 3 / 2 + ((int64_t)32 << 20);
+    const int64_t deq = copies ? 4 * group * c->hidden : 0;
+    const int64_t gemm = (4 * (int64_t)chunk * k_max + deq) * 3 / 2 + ((int64_t)32 << 20);
     const int64_t gdn = ((int64_t)128 << 20) * 3 / 2;
     int64_t head_s = 1;
     while (head_s < 16 && (c->hidden / 32 + head_s - 1) / head_s > 50) head_s *= 2;
@@ -125,7 +141,8 @@ static int64_t need_for(const qwen35_config *cfg, int64_t weights, const qmemfit
     /* CUDA's split decode attention keeps (max, sum, output) per decode row, head and 256-position
      * range (ATT_SPLIT), grown with 1.5x headroom (backend/cuda/cuda_attention.cu); counted on every backend */
     *scratch += (int64_t)n_parallel * (n_ctx / 256 + 1) * cfg->n_heads * (cfg->head_dim + 2) * 4 * 3 / 2;
-    *scratch += cuda_kernel_scratch(cfg, n_parallel, p->prefill_chunk > 0 ? p->prefill_chunk : 512);
+    const int chunk = p->prefill_chunk > 0 ? p->prefill_chunk : 512;
+    *scratch += cuda_kernel_scratch(cfg, n_parallel, chunk, !p->no_dequant_copies);
     *kv_rows = (int64_t)n_parallel * n_ctx; /* admission never lets the slots hold more */
     if (p->kv_budget_rows > 0 && p->kv_budget_rows < *kv_rows) *kv_rows = p->kv_budget_rows;
     *pc = p->prompt_cache_gib > 0 ? (int64_t)(p->prompt_cache_gib * (double)GIB) : 0;

@@ -28,6 +28,7 @@ typedef struct qmemfit_params {
     int64_t kv_budget_rows;    /* 0: n_parallel * n_ctx (the engine's default) */
     double prompt_cache_gib;   /* --prompt-cache-gib */
     double reserve_gib;        /* --memory-reserve-gib; < 0: the default max(10 % of total, 2 GiB) */
+    int no_dequant_copies;     /* 1: the prompt GEMM writes no dequantized weights (memfit_dequant_copies) */
 } qmemfit_params;
 
 typedef struct qmemfit {
@@ -51,6 +52,12 @@ qstatus memfit_device_memory(const char *backend, int device, int64_t *free_byte
  * backend will hold, give or take the few norm vectors converted to f32; on "cuda", with the sketch of a bf16
  * lm_head (qwen35_head_sketch_bytes), which *sketch (may be NULL) gets alone. */
 qstatus memfit_weights_bytes(const char *dir, const char *backend, int64_t *out, int64_t *sketch);
+
+/* Whether the prompt GEMM will write a call's 4-bit weights dequantized (two bf16 parts, 4 bytes a weight: a scratch
+ * term of the fit): 0 for a checkpoint with no quantized module, and on "cuda" where every quantized module is 4-bit
+ * in a group the device's prompt GEMM takes from the codes (cuda_prefill_folds: Hopper's fold, the default there);
+ * else 1 (the other backends count CUDA's kernel scratch as an upper bound). */
+int memfit_dequant_copies(const qwen35_config *cfg, const char *backend);
 
 /* Does the arithmetic; never fails (bad figures just do not fit). */
 void memfit_compute(const qwen35_config *cfg, int64_t weights_bytes, const qmemfit_params *p,

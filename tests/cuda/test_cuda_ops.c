@@ -5,6 +5,8 @@
  * producer leaves its consumer (the GLU pair, the gated norm): test_cuda_rows.c.
  * Built when nvcc is found; skips (exit 77) without a GPU. Run on the GPU machine by tests/cuda/run.sh. */
 #include "cuda_test_util.h"
+#include "engine/memfit.h"
+#include "model/qwen35.h"
 
 static void test_matmul(void) {
     struct { qwfmt f; int bits, group; const char *name; } cases[] = {
@@ -555,10 +557,31 @@ static void test_swiglu_matmul_prefill(void) {
     }
 }
 
+/* The memory fit's question (engine/memfit.c memfit_dequant_copies) answered by this device and environment: on a
+ * compute 9.0 device (run.sh builds sm_90a) the 4-bit fixture's weights take the fold in split mode, so the fit counts
+ * no dequantized copies of them; with QUILL_PREFILL_DEQUANT=pass, QUILL_PREFILL_PRECISION=bf16 or
+ * QUILL_PREFILL_GEMM=cublaslt (run.sh runs this binary under the first and the last) it counts them. */
+static void test_memfit_dequant_copies(void) {
+    qwen35_config c;
+    char d[1024], err[256];
+    snprintf(d, sizeof d, "%s/models/gqa4-v2k-mlx4", QUILL_FIXTURES);
+    OK(qwen35_config_load(d, &c));
+    cuda_device_info info;
+    const int hopper = cuda_device_query(0, &info, err, sizeof err) == 0 && info.sm_major == 9 && info.sm_minor == 0;
+    const char *dq = getenv("QUILL_PREFILL_DEQUANT"), *pp = getenv("QUILL_PREFILL_PRECISION");
+    const char *pg = getenv("QUILL_PREFILL_GEMM");
+    const int fold = hopper && !(dq && !strcmp(dq, "pass")) && !(pp && !strcmp(pp, "bf16")) &&
+                     !(pg && (!strcmp(pg, "cublaslt") || !strcmp(pg, "tiled")));
+    expect_flag(fold ? "memory fit: 4-bit weights on the fold, no dequantized copies"
+                     : "memory fit: 4-bit weights dequantized, their copies counted",
+                memfit_dequant_copies(&c, "cuda") == !fold);
+    qwen35_config_free(&c);
+}
+
 int main(void) {
     static void (*const tests[])(void) = {test_matmul, test_matmul_decode, test_matmul_multi, test_matmul_prefill_gemm,
                                           test_swiglu_matmul_prefill, test_norms_and_elementwise,
                                           test_glu_matmul, test_residual_boundary, test_qk_norm_rope,
-                                          test_add_rmsnorm_argmax, test_draw};
+                                          test_add_rmsnorm_argmax, test_draw, test_memfit_dequant_copies};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

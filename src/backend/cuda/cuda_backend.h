@@ -14,6 +14,10 @@ extern "C" {
  * Fails with Q_ECUDA naming the call when there is no usable GPU. */
 qstatus cuda_backend_create(int device, qbackend **out);
 
+/* cuda_gemm.cu: whether the prompt GEMM on the current device takes 4-bit affine weights of this group from their
+ * codes (no dequantized copy of them is made): for the memory fit. */
+int cuda_prefill_folds(int bits, int group);
+
 /* cuda_profile.cu: per-op GPU time (CUDA events around every op) for `quill bench --profile`.
  * enable swaps be->ops for a timed copy; reset forgets what was measured (after a warm-up); report
  * prints the table, times divided by `units` (decode steps, prefills). */

@@ -52,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_backend.h"
 #include "cuda_gemm_lt.h"
 #include "cuda_gemm_wgq.cuh"
 
@@ -241,14 +242,9 @@ static int env_int(const char *name, int dflt, int lo, int hi) {
     return (int)x;
 }
 
-/* The backend's GEMM state, made on the first prefill call: the mode and tuning from the environment,
- * read once, so every later call of this backend runs the same arithmetic. */
-static qstatus gemm_state(qbackend *be, cu_gemm **out) {
-    cuda_state *s = (cuda_state *)be->impl;
-    if (s->gemm) {
-        *out = s->gemm;
-        return Q_OK;
-    }
+/* The prompt GEMM's mode and whether it may take the wgmma kernels, from the environment (QUILL_PREFILL_PRECISION,
+ * QUILL_PREFILL_GEMM) and the current device. */
+static qstatus gemm_env(int *mode_out, int *wgmma_out) {
     int bf16 = 0;
     Q_TRY(cu_prefill_precision_bf16(&bf16));
     int mode = bf16 ? MODE_BF16 : MODE_SPLIT;
@@ -261,6 +257,20 @@ static qstatus gemm_state(qbackend *be, cu_gemm **out) {
             return q_fail(Q_EINVAL, "QUILL_PREFILL_GEMM=%s: expected wgmma (sm_90a builds on compute 9.0 devices), "
                                     "cublaslt or tiled", k);
     }
+    *mode_out = mode, *wgmma_out = wgmma;
+    return Q_OK;
+}
+
+/* The backend's GEMM state, made on the first prefill call: the mode and tuning from the environment,
+ * read once, so every later call of this backend runs the same arithmetic. */
+static qstatus gemm_state(qbackend *be, cu_gemm **out) {
+    cuda_state *s = (cuda_state *)be->impl;
+    if (s->gemm) {
+        *out = s->gemm;
+        return Q_OK;
+    }
+    int mode = 0, wgmma = 0;
+    Q_TRY(gemm_env(&mode, &wgmma));
     const int ref_m = env_int("QUILL_GEMM_REF_M", 512, 1, 1 << 20), ws_mb = env_int("QUILL_GEMM_WS_MB", 32, 0, 4096);
     if (ref_m < 0 || ws_mb < 0) return q_fail(Q_EINVAL, "QUILL_GEMM_REF_M (1..) or QUILL_GEMM_WS_MB (0..4096) is bad");
     cu_gemm *g = (cu_gemm *)calloc(1, sizeof *g);
@@ -389,23 +399,37 @@ static wg_q4 q4_of(const qweight *W) {
     return q;
 }
 
-/* Whether a launch of these weights takes the fold kernel (cuda_gemm_wgq.cuh): split mode and every weight 4-bit in a
- * layout it takes, unless QUILL_PREFILL_DEQUANT=pass (read once) asks for the dequantization pass. Its arithmetic is
- * its own (more exact: no w rounded to hi and lo parts), so the choice is the process's and the weight's, never a
- * launch's. Against the pass (docs/performance.md, session 43): faster at the default 512-row chunks and below, slower
- * at chunks of 1024 rows and more; and no dequantized scratch. */
-static int takes_fold(const cu_gemm *g, int count, const qweight *const *W) {
+/* 0 where QUILL_PREFILL_DEQUANT=pass (read once) keeps 4-bit weights on the dequantization pass. */
+static int fold_on(void) {
     static int fold = -1; /* racing first callers store the same value */
     if (fold < 0) {
         const char *v = getenv("QUILL_PREFILL_DEQUANT");
         fold = !(v && !strcmp(v, "pass"));
     }
-    if (!fold || g->mode != MODE_SPLIT) return 0;
+    return fold;
+}
+/* Whether a launch of these weights takes the fold kernel (cuda_gemm_wgq.cuh): split mode and every weight 4-bit in a
+ * layout it takes, unless QUILL_PREFILL_DEQUANT=pass (read once) asks for the dequantization pass. Its arithmetic is
+ * its own (more exact: no w rounded to hi and lo parts), so the choice is the process's and the weight's, never a
+ * launch's. Against the pass (docs/performance.md, sessions 43-44): faster at the default 512-row chunks and below,
+ * ~0.95x at 4096-row chunks; and no dequantized scratch. */
+static int takes_fold(const cu_gemm *g, int count, const qweight *const *W) {
+    if (!fold_on() || g->mode != MODE_SPLIT) return 0;
     for (int i = 0; i < count; i++) {
         const wg_q4 q = q4_of(W[i]);
         if (W[i]->fmt != QW_AFFINE || W[i]->bits != 4 || !wg_q4_ok(&q, W[i]->n_in)) return 0;
     }
     return 1;
+}
+
+/* cuda_backend.h: whether this process's prompt GEMM on the current device takes 4-bit affine weights of this group
+ * (and n_in a multiple of 64) from their codes: the fold, which keeps no dequantized copy (the memory fit's
+ * question). The same choice as gemm_state + takes_wgmma + takes_fold; 0 where the environment is bad (the backend
+ * then refuses it on its first prompt call). */
+extern "C" int cuda_prefill_folds(int bits, int group) {
+    int mode = 0, wgmma = 0;
+    if (gemm_env(&mode, &wgmma) != Q_OK) return 0;
+    return mode == MODE_SPLIT && wgmma && fold_on() && bits == 4 && group > 0 && group % WG_BK == 0;
 }
 
 /* The fold kernel's launch (wg_prefill checked y): x split and summed over its K tiles, then the weights from their

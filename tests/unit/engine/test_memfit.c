@@ -3,7 +3,8 @@
  * - the default reserve is max(10 % of total, 2 GiB); an explicit one is taken as is;
  * - when it does not fit, the advised largest --context and --parallel fit and one step more does
  *   not; the table says DOES NOT FIT and names both;
- * - the CPU probe reads /proc/meminfo; the checkpoint probe skips nothing the fixture has. */
+ * - the CPU probe reads /proc/meminfo; the checkpoint probe skips nothing the fixture has;
+ * - the prompt GEMM's dequantized weights are counted for 4-bit checkpoints only (memfit_dequant_copies). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,6 +122,28 @@ static void test_probes(void **state) {
     assert_int_equal(sk, 0);
 }
 
+/* The prompt GEMM's dequantized weights in the scratch: none for a bf16 checkpoint; for a 4-bit one on the CPU backend
+ * (which counts CUDA's kernel scratch as an upper bound); and the term is at least the MLP's gate + up, two bf16
+ * parts each. (On "cuda" the answer is the device's: test_cuda_ops' last test.) */
+static void test_dequant_copies(void **state) {
+    (void)state;
+    assert_int_equal(memfit_dequant_copies(&cfg, "cpu"), 0); /* gqa4-v2k: bf16 */
+    assert_int_equal(memfit_dequant_copies(&cfg, "cuda"), 0);
+    qwen35_config q4;
+    char d4[1024];
+    snprintf(d4, sizeof d4, "%s/models/gqa4-v2k-mlx4", QUILL_FIXTURES);
+    assert_ok(qwen35_config_load(d4, &q4));
+    assert_int_equal(memfit_dequant_copies(&q4, "cpu"), 1);
+    qwen35_config_free(&q4);
+    qmemfit_params p = {.n_ctx = 4096, .n_parallel = 4, .prefill_chunk = 512, .reserve_gib = -1};
+    qmemfit with, without;
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &with);
+    p.no_dequant_copies = 1;
+    memfit_compute(&cfg, 1000000, &p, 8 * GIB, 16 * GIB, "test", &without);
+    assert_true(with.scratch - without.scratch >= 4LL * 2 * cfg.intermediate * cfg.hidden * 3 / 2);
+    assert_true(with.need - without.need == with.scratch - without.scratch);
+}
+
 /* The sketch of a bf16 head the CUDA backend holds (qwen35_open): the 9B's, none for small heads or rows of other
  * lengths, none with QUILL_HEAD_SKETCH=0. */
 static void test_head_sketch_bytes(void **state) {
@@ -139,6 +162,7 @@ int main(void) {
         cmocka_unit_test(test_sums_and_verdict),
         cmocka_unit_test(test_advice),
         cmocka_unit_test(test_probes),
+        cmocka_unit_test(test_dequant_copies),
         cmocka_unit_test(test_head_sketch_bytes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
