@@ -111,14 +111,16 @@ step "compute-sanitizer memcheck: cuda ops, bf16 decode mode" env QUILL_DECODE_P
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
 step "compute-sanitizer racecheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
-# the 4-bit fold, the default (test_cuda_ops' prompt matmuls: QUILL_CUDA_TESTS=2,3,4), its tiles by the rows and the
-# 128-row one forced: TMA stages read by wgmma and by the consumers' loads, the stages' barriers
-step "compute-sanitizer racecheck: prompt matmuls, the fold's tiles by the rows" env QUILL_CUDA_TESTS=2,3,4 \
-     timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+# the 4-bit fold, the default: TMA stages read by wgmma and by the consumers' loads, the stages' barriers, the 128-row
+# tile's ping-pong barriers. memcheck on test_cuda_ops' prompt matmuls (QUILL_CUDA_TESTS=2,3,4); racecheck there passes
+# 280 s (session 44), so it runs on a 4-bit prompt (150 rows in chunks of 100) through each tile, forced
 step "compute-sanitizer memcheck: prompt matmuls, the fold's 128-row tile" env QUILL_WQ_TILE=long \
      QUILL_CUDA_TESTS=2,3,4 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
-step "compute-sanitizer racecheck: prompt matmuls, the fold's 128-row tile" env QUILL_WQ_TILE=long \
-     QUILL_CUDA_TESTS=2,3,4 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+for tile in short mid long; do
+  step "compute-sanitizer racecheck: a 4-bit prompt through the fold's $tile tile" env QUILL_WQ_TILE=$tile timeout 200 \
+       compute-sanitizer --tool racecheck --error-exitcode 9 "$build/quill" run tests/fixtures/models/gqa4-v2k-mlx4 \
+       --backend cuda --prompt-ids "$(seq -s, 1 150)" -n 4 --ignore-eos --prefill-chunk 100
+done
 # the 4-bit dequantization pass's scratch and the wgmma kernel on it
 step "compute-sanitizer memcheck: cuda ops, the 4-bit pass" env QUILL_PREFILL_DEQUANT=pass timeout 150 \
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
