@@ -91,6 +91,10 @@ int memfit_dequant_copies(const qwen35_config *cfg, const char *backend) {
     const qquant_config *q = &cfg->quant;
     if (!q->enabled) return 0;
     int folds = backend && !strcmp(backend, "cuda");
+    /* the fold takes K (the projections' inputs) in tiles of 64 */
+    const int64_t ks[] = {cfg->hidden, cfg->intermediate, (int64_t)cfg->lin_n_v_heads * cfg->lin_v_dim,
+                          (int64_t)cfg->n_heads * cfg->head_dim};
+    for (int i = 0; i < 4; i++) folds = folds && ks[i] % 64 == 0;
 #ifdef QUILL_HAVE_CUDA
     folds = folds && cuda_prefill_folds(q->bits, q->group);
     for (int i = 0; folds && i < q->n_overrides; i++)
