@@ -59,9 +59,8 @@ template <int N> __device__ __forceinline__ void wg_pin(float (&d)[N]) {
     for (int i = 0; i < N; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-/* d += A . B^T for one k16 step: A 64 x 16 (descriptor da), B 128 x 16 (db), both K-major; d = A . B^T when
- * accumulate is 0. */
-__device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db, int accumulate = 1) {
+/* d += A . B^T for one k16 step: A 64 x 16 (descriptor da), B 128 x 16 (db), both K-major. */
+__device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db) {
 #if WG_ON
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
                  "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -71,7 +70,7 @@ __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db,
                  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
                  "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
                  : WG_ACC64(d)
-                 : "l"(da), "l"(db), "r"(accumulate));
+                 : "l"(da), "l"(db), "r"(1));
 #else
     (void)d, (void)da, (void)db;
 #endif
@@ -370,16 +369,15 @@ static inline int wg_sms(void) {
     }
     return sms;
 }
-static inline int wg_small_for(int64_t large_blocks) {
+static inline int wg_use_small(const wg_args *a, int m) {
     static int force = -1; /* racing first callers store the same value */
     if (force < 0) {
         const char *v = getenv("QUILL_WG_TILE");
         force = v && !strcmp(v, "large") ? 1 : v && !strcmp(v, "small") ? 2 : 0;
     }
     if (force) return force == 2;
-    return large_blocks * 8 < (int64_t)WG_LARGE_FILL * wg_sms();
+    return wg_blocks<wg_large>(a, m) * 8 < (int64_t)WG_LARGE_FILL * wg_sms();
 }
-static inline int wg_use_small(const wg_args *a, int m) { return wg_small_for(wg_blocks<wg_large>(a, m)); }
 
 /* A plain launch: prompt work does not use programmatic launch. */
 static inline cudaError_t wg_gemm(const wg_args *a, int m, int K, cudaStream_t st) {
