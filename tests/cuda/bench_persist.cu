@@ -10,10 +10,12 @@
  *               blocks raise, after their ring's first loads (where the programmatic wait sits); and the same
  *               with no work, the waits alone;
  *   run-ahead:  one kernel whose blocks take the weights through shared memory, loaded AH_SLOTS - 1 chunks ahead
- *               of the dependencies (ahead_kernel; AH_CH, AH_SLOTS, AH_BLOCKS pick its geometry at build time).
- * Every op's output must be bitwise the stream's. Prints one table: us per chain and per op, against the
- * chain's weight bytes over the copy bandwidth measured here. Built and run by bench_persist.sh
- * (docs/performance.md, nineteenth pass). */
+ *               of the dependencies (ahead_kernel; AH_CH, AH_SLOTS, AH_BLOCKS pick its geometry at build time);
+ *   flow:       the stream's launches with no griddepcontrol.wait: none at all (wrong values: the most that
+ *               overlapping the ops can give), or each block polling flags for the outputs its K slice reads.
+ * Every op's output must be bitwise the stream's (the no-wait flow's excepted). Prints one table: us per chain and per
+ * op, against the chain's weight bytes over the copy bandwidth measured here. Built and run by bench_persist.sh
+ * (docs/performance.md, nineteenth and forty-fourth passes). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,8 +224,9 @@ struct chain {
     int count[N_OPS];
     float *y[N_OPS][2];
     const float *x[N_OPS];
-    float *part[2];
-    unsigned *tick[2];
+    float *part[N_OPS][2]; /* each op its own: the flow modes run several at once */
+    unsigned *tick[N_OPS][2];
+    unsigned *flag[N_OPS]; /* the flow modes: weight 0's output blocks done (the run's epoch) */
     size_t bytes;
 };
 
@@ -248,23 +251,28 @@ static void build(chain &c, const float *x0) {
         c.x[o + 2] = c.y[o + 1][0];      /* gate + up: out */
         c.x[o + 3] = c.y[o + 2][0];      /* down: gate */
     }
-    for (int j = 0; j < 2; j++) {
-        CK(cudaMalloc(&c.part[j], std::max<size_t>(pf, 1) * sizeof(float)));
-        CK(cudaMalloc(&c.tick[j], tk * sizeof(unsigned)));
-        CK(cudaMemset(c.tick[j], 0, tk * sizeof(unsigned)));
+    for (int i = 0; i < N_OPS; i++) {
+        for (int j = 0; j < 2; j++) {
+            CK(cudaMalloc(&c.part[i][j], std::max<size_t>(pf, 1) * sizeof(float)));
+            CK(cudaMalloc(&c.tick[i][j], tk * sizeof(unsigned)));
+            CK(cudaMemset(c.tick[i][j], 0, tk * sizeof(unsigned)));
+        }
+        const size_t nf = (size_t)(c.W[i][0].n_out + GT_OUT - 1) / GT_OUT;
+        CK(cudaMalloc(&c.flag[i], nf * sizeof(unsigned)));
+        CK(cudaMemset(c.flag[i], 0, nf * sizeof(unsigned)));
     }
     CK(cudaDeviceSynchronize());
 }
 
 static void plan(const chain &c, int i, gt_plan *pl) {
     const qweight *W[2] = {&c.W[i][0], &c.W[i][1]};
-    CK(gemv_tc_plan(64, 1, c.count[i], W, c.y[i], c.part, c.tick, NULL, gt_extra(), pl));
+    CK(gemv_tc_plan(64, 1, c.count[i], W, c.y[i], c.part[i], c.tick[i], NULL, gt_extra(), pl));
 }
 
 static void run_stream(const chain &c, cudaStream_t st) {
     for (int i = 0; i < N_OPS; i++) {
         const qweight *W[2] = {&c.W[i][0], &c.W[i][1]};
-        CK(gemv_tc_launch_multi(64, c.x[i], 1, c.count[i], W, c.y[i], c.part, c.tick, NULL, st));
+        CK(gemv_tc_launch_multi(64, c.x[i], 1, c.count[i], W, c.y[i], c.part[i], c.tick[i], NULL, st));
     }
 }
 
@@ -277,6 +285,60 @@ template <int MINB> static void run_stream_minb(const chain &c, cudaStream_t st)
         plan(c, i, &pl);
         CK(cu_launch(gemv_tc_kernel<64, 1, false, MINB, GT_IN_X, false>, pl.blocks, GT_THREADS, pl.smem, st, c.x[i], 1,
                      pl.job));
+    }
+}
+
+/* ---- the flow: programmatic launches whose blocks do not wait for the whole grid before them ------------------
+ * FLAGS 0: no wait at all (griddepcontrol.launch_dependents only): the values are wrong, and the time is what the
+ * launches take when nothing holds one op's blocks back for the op before: the most that overlapping the ops can give.
+ * FLAGS 1: a block waits only for the output blocks of the op before that its K slice reads (their flags, raised with
+ * release by the block that wrote those outputs, each run its own epoch), so the values are the stream's; TRIG_FIRST
+ * lets the next launch start before the block has seen them, else after. Each op has its own partials and tickets
+ * (plan), since several ops run at once. */
+template <int MINB, bool FLAGS, bool TRIG_FIRST>
+__global__ void __launch_bounds__(GT_THREADS, MINB)
+    flow_kernel(const float *__restrict__ x, const __grid_constant__ gt_job job, const unsigned *in_flags,
+                unsigned *out_flags, unsigned epoch) {
+    const auto trigger = [] { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); };
+    const auto wait = [&] {
+        if (TRIG_FIRST) trigger();
+        if (FLAGS && in_flags) {
+            const gt_place<64> P = gt_locate<64>(job, 1, 4, 0, 0, blockIdx.x);
+            const int f0 = P.ub * 64 / GT_OUT, f1 = ((P.ub + P.us) * 64 + GT_OUT - 1) / GT_OUT;
+            if ((int)threadIdx.x < f1 - f0) {
+                while (ld_relaxed_gpu(in_flags + f0 + threadIdx.x) != epoch) {
+                }
+                cu_fence_acquire();
+            }
+            __syncthreads();
+        }
+        if (!TRIG_FIRST) trigger();
+    };
+    const auto done = [&](const gt_place<64> &P, int last) {
+        if (!FLAGS || !last || P.y != job.y[0]) return; /* block-uniform */
+        __syncthreads();
+        if (threadIdx.x == 0)
+            asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(out_flags + P.ob), "r"(epoch) : "memory");
+    };
+    gt_block<64, 1, false, MINB, GT_IN_X, false>(x, 1, job, blockIdx.x, wait, done);
+}
+
+template <bool FLAGS, bool TRIG_FIRST> static void flow_attrs(void) {
+    CK(cudaFuncSetAttribute(flow_kernel<GT_MIN_BLOCKS, FLAGS, TRIG_FIRST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            GT_SMEM_MAX));
+    CK(cudaFuncSetAttribute(flow_kernel<GT_LEAN_BLOCKS, FLAGS, TRIG_FIRST>,
+                            cudaFuncAttributeMaxDynamicSharedMemorySize, GT_SMEM_MAX));
+}
+/* One run of the chain; each op on the blocks per SM the decode path would take (gt_launch_q). */
+template <bool FLAGS, bool TRIG_FIRST> static void run_flow(const chain &c, unsigned epoch, cudaStream_t st) {
+    for (int i = 0; i < N_OPS; i++) {
+        gt_plan pl;
+        plan(c, i, &pl);
+        const bool lean = gt_lean_on() && pl.blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms());
+        const unsigned *in = i ? c.flag[i - 1] : NULL;
+        CK(cu_launch_pdl(true,
+                         lean ? flow_kernel<GT_LEAN_BLOCKS, FLAGS, TRIG_FIRST> : flow_kernel<GT_MIN_BLOCKS, FLAGS, TRIG_FIRST>,
+                         pl.blocks, GT_THREADS, pl.smem, st, c.x[i], pl.job, in, c.flag[i], epoch));
     }
 }
 
@@ -357,6 +419,20 @@ int main(void) {
     compare("stream, 4 an SM", ref, outputs(c, N_OPS));
     const double t_s4 = time_median(st, [&] { run_stream_minb<4>(c, st); });
 
+    unsigned epoch = 0; /* the flow modes' runs */
+    flow_attrs<false, false>();
+    flow_attrs<true, false>();
+    flow_attrs<true, true>();
+    const double t_nw = time_median(st, [&] { run_flow<false, false>(c, ++epoch, st); });
+    poison(c, N_OPS);
+    run_flow<true, false>(c, ++epoch, st);
+    compare("flow, flags", ref, outputs(c, N_OPS));
+    const double t_fl = time_median(st, [&] { run_flow<true, false>(c, ++epoch, st); });
+    poison(c, N_OPS);
+    run_flow<true, true>(c, ++epoch, st);
+    compare("flow, flags, next launch first", ref, outputs(c, N_OPS));
+    const double t_ft = time_median(st, [&] { run_flow<true, true>(c, ++epoch, st); });
+
     unsigned *done;
     CK(cudaMalloc(&done, N_OPS * sizeof(unsigned)));
     unsigned g2 = 0, g3 = 0, ge = 0, ga = 0;
@@ -380,6 +456,12 @@ int main(void) {
     printf("| graph of the launches | - | %.1f | %.2f | %.2f |\n", t_graph, t_graph / N_OPS, floor_us / t_graph);
     printf("| stream, every op on the 3-an-SM kernel | - | %.1f | %.2f | %.2f |\n", t_s3, t_s3 / N_OPS, floor_us / t_s3);
     printf("| stream, every op on a 4-an-SM kernel | - | %.1f | %.2f | %.2f |\n", t_s4, t_s4 / N_OPS, floor_us / t_s4);
+    printf("| stream, no wait for the op before (wrong values: the most overlap can give) | - | %.1f | %.2f | %.2f |\n",
+           t_nw, t_nw / N_OPS, floor_us / t_nw);
+    printf("| stream, a block waits for its slice's inputs only (flags) | - | %.1f | %.2f | %.2f |\n", t_fl,
+           t_fl / N_OPS, floor_us / t_fl);
+    printf("| the same, the next launch let go before the flags | - | %.1f | %.2f | %.2f |\n", t_ft, t_ft / N_OPS,
+           floor_us / t_ft);
     printf("| persistent, 2 blocks an SM | %u | %.1f | %.2f | %.2f |\n", g2, t_p2, t_p2 / N_OPS, floor_us / t_p2);
     printf("| persistent, 3 blocks an SM | %u | %.1f | %.2f | %.2f |\n", g3, t_p3, t_p3 / N_OPS, floor_us / t_p3);
     printf("| persistent, 2 blocks an SM, no work (the waits alone) | %u | %.1f | %.2f | - |\n", ge, t_pe, t_pe / N_OPS);

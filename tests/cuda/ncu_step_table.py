@@ -6,6 +6,9 @@ The step is every kernel from the last embed_kernel (a decode step's first) to t
 kernel name (template arguments kept: they name the variant), its launches, microseconds and share.
 With --medians: every launch in the file (any run, e.g. `ncu -k regex:...` over a whole bench), one row per
 kernel name and grid, its launches and median microseconds.
+Where the file also has smsp__inst_executed.sum (ncu_step.sh with METRICS=issue), each kernel's row adds its warp
+instructions and DRAM bytes read, and the step's sum ends with its issue time: the instructions over four a cycle on
+every SM (the schedulers' most) at the clock ncu saw, the time no kernel of today's arithmetic can beat.
 
 Usage: python3 tests/cuda/ncu_step_table.py [--medians] CSV[.gz]"""
 import collections
@@ -29,6 +32,7 @@ def main():
     gi = head.index('Grid Size') if 'Grid Size' in head else None
     kernels = [(r[ni].split('(')[0], r[gi] if gi is not None else '', float(r[ti].replace(',', '')) * scale)
                for r in rows[2:] if len(r) > ti and r[ti]]
+    extra = issue_columns(head, units, rows[2:], ti)
     if medians:
         by = collections.defaultdict(list)
         for name, grid, t in kernels:
@@ -41,17 +45,60 @@ def main():
     starts = [i for i, (name, _, _) in enumerate(kernels) if name == 'embed_kernel']
     if not starts:
         sys.exit('no embed_kernel: not a decode run')
-    step = kernels[starts[-1]:]
+    first = starts[-1]
+    step = kernels[first:]
     total = sum(t for _, _, t in step)
-    per = collections.defaultdict(lambda: [0, 0.0])
-    for name, _, t in step:
-        per[name][0] += 1
-        per[name][1] += t
+    per = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    for k, (name, _, t) in enumerate(step):
+        p = per[name]
+        p[0] += 1
+        p[1] += t
+        if extra:
+            p[2] += extra[first + k][0]
+            p[3] += extra[first + k][1]
     print(f'{len(step)} kernels, {total:.1f} us of kernel time in the step')
-    print('| kernel | launches | us | share |')
-    print('|---|---|---|---|')
-    for name, (count, t) in sorted(per.items(), key=lambda kv: -kv[1][1]):
-        print(f'| {name.replace("void ", "")} | {count} | {t:.1f} | {100 * t / total:.1f} % |')
+    if not extra:
+        print('| kernel | launches | us | share |')
+        print('|---|---|---|---|')
+        for name, (count, t, _, _) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+            print(f'| {name.replace("void ", "")} | {count} | {t:.1f} | {100 * t / total:.1f} % |')
+        return
+    sms = extra[first][3]
+    print('| kernel | launches | us | share | warp instructions (M) | DRAM read (MB) | issue us (4 a cycle) |')
+    print('|---|---|---|---|---|---|---|')
+    inst = hz = dram = 0.0
+    for k in range(first, len(kernels)):
+        inst += extra[k][0]
+        dram += extra[k][1]
+        hz += extra[k][2] * kernels[k][2]
+    hz /= total
+    for name, (count, t, i, d) in sorted(per.items(), key=lambda kv: -kv[1][1]):
+        print(f'| {name.replace("void ", "")} | {count} | {t:.1f} | {100 * t / total:.1f} % | {i / 1e6:.2f} | '
+              f'{d / 1e6:.1f} | {i / (4 * sms * hz) * 1e6:.1f} |')
+    print(f'step: {inst / 1e6:.1f} M warp instructions, {dram / 1e6:.1f} MB read from DRAM, SM clock {hz / 1e9:.3f} '
+          f'GHz on {sms:.0f} SMs: issue time {inst / (4 * sms * hz) * 1e6:.1f} us at four a cycle on every SM '
+          f'(kernel time {total:.1f} us)')
+
+
+def issue_columns(head, units, rows, ti):
+    """Per row: (warp instructions, DRAM bytes read, SM clock in Hz, SMs), or None where the file has no counts."""
+    if 'smsp__inst_executed.sum' not in head:
+        return None
+    ii = head.index('smsp__inst_executed.sum')
+    di = head.index('dram__bytes_read.sum') if 'dram__bytes_read.sum' in head else None
+    fi = head.index('sm__cycles_elapsed.avg.per_second')
+    si = head.index('device__attribute_multiprocessor_count') if 'device__attribute_multiprocessor_count' in head else None
+    byte = {'byte': 1.0, 'Kbyte': 1e3, 'Mbyte': 1e6, 'Gbyte': 1e9}
+    hertz = {'hz': 1.0, 'khz': 1e3, 'mhz': 1e6, 'ghz': 1e9, 'cycle/second': 1.0, 'cycle/nsecond': 1e9,
+             'cycle/usecond': 1e6, 'cycle/msecond': 1e3}
+    num = lambda v: float(v.replace(',', '')) if v else 0.0
+    out = []
+    for r in rows:
+        if len(r) <= ti or not r[ti]:
+            continue
+        out.append((num(r[ii]), num(r[di]) * byte.get(units[di], 1.0) if di is not None else 0.0,
+                    num(r[fi]) * hertz.get(units[fi].lower(), 1.0), num(r[si]) if si is not None else 132.0))
+    return out
 
 
 if __name__ == '__main__':

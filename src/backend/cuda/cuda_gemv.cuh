@@ -436,10 +436,16 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
  * each block stages its slice. MINB: blocks per SM the registers are budgeted for (GT_LEAN_BLOCKS: the lean
  * variant, a shorter ring). LOOP (job.loop): the block stages its slice of x once for several output blocks,
  * the next one's first weights going out before this one's finish (the head's ~3,900 blocks each staged x;
- * session 14). */
-template <int Q, int NT, bool PRE, int MINB, int IN, bool LOOP, bool DQ = false, typename Wait>
+ * session 14). done(P, last) runs after a (not LOOP) block's finish, every thread: last is the ticket's answer
+ * where P.S > 1 (the block that wrote the outputs), and with P the block's place it can tell a dependent op that
+ * these outputs are in (bench_persist's flags); the decode kernels pass nothing. */
+struct gt_no_done {
+    template <typename P> __device__ __forceinline__ void operator()(const P &, int) const {}
+};
+template <int Q, int NT, bool PRE, int MINB, int IN, bool LOOP, bool DQ = false, typename Wait,
+          typename Done = gt_no_done>
 __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, const gt_job &job, unsigned bid,
-                                         Wait wait) {
+                                         Wait wait, Done done = Done()) {
     typedef gt_cfg<Q> C;
     constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? 4 : C::DEPTH; /* lean 4-bit: 4 units in flight, fewer registers */
     extern __shared__ uint4 gt_smem[];
@@ -487,6 +493,7 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         if constexpr (!LOOP) {
             gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact,
                                             lane, P.bx, &last, job.ss, after ? sc : nullptr);
+            done(P, P.S > 1 ? last : 1);
             return;
         }
         /* this output block's place, then the next one's (its ring out first), then this one's finish */
