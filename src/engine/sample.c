@@ -23,7 +23,6 @@ qdraw sample_draw(const qsampling *p, int64_t position) {
 }
 
 int32_t sample_token(const float *logits, int n, const qsampling *p, int64_t position, sample_cand *work) {
-    if (p->temperature <= 0.0f) return sample_argmax(logits, n);
-    const qdraw d = sample_draw(p, position);
+    const qdraw d = sample_draw(p, position); /* temperature 0: draw_row takes the argmax */
     return draw_row(logits, n, &d, work);
 }
