@@ -334,7 +334,7 @@ template <bool FLAGS, bool TRIG_FIRST> static void run_flow(const chain &c, unsi
     for (int i = 0; i < N_OPS; i++) {
         gt_plan pl;
         plan(c, i, &pl);
-        const bool lean = gt_lean_on() && pl.blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms());
+        const bool lean = gt_use_lean(pl.blocks);
         const unsigned *in = i ? c.flag[i - 1] : NULL;
         CK(cu_launch_pdl(true,
                          lean ? flow_kernel<GT_LEAN_BLOCKS, FLAGS, TRIG_FIRST> : flow_kernel<GT_MIN_BLOCKS, FLAGS, TRIG_FIRST>,

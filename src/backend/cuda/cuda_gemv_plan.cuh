@@ -169,6 +169,13 @@ static inline int gt_lean_on(void) {
     return cu_env_on("QUILL_CUDA_GEMV_LEAN", &on);
 }
 
+/* Whether a one-tile launch of `blocks` takes the lean variant (GT_LEAN_BLOCKS an SM) rather than the default
+ * (GT_MIN_BLOCKS): past GT_LEAN_WAVES waves of the default, even where the lean variant's last wave is the emptier
+ * (the 9B's GDN in, 528 blocks: in two full waves at 2 an SM the 4-bit step was 1.7 % slower, session 45). */
+static inline bool gt_use_lean(unsigned blocks) {
+    return gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms());
+}
+
 /* The one-tile kernel that stages its own x, of input kind `in` (gt_in_kind). */
 typedef void (*kernel_fn)(const float *, int, const gt_job);
 template <int Q, int MINB, bool DQ = false> static inline kernel_fn gt_staging_kernel(int in) {
@@ -335,8 +342,7 @@ static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t sm
             return cu_launch(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true, DQ>, blocks, GT_THREADS, smem, st,
                              x, n, job);
     if (!job.xs) /* more than a wave at the budget's blocks per SM: the lean variant */
-        k = gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms())
-                ? gt_staging_kernel<Q, GT_LEAN_BLOCKS, DQ>(gt_in_kind(job.in))
+        k = gt_use_lean(blocks) ? gt_staging_kernel<Q, GT_LEAN_BLOCKS, DQ>(gt_in_kind(job.in))
                 : gt_staging_kernel<Q, GT_MIN_BLOCKS, DQ>(gt_in_kind(job.in));
     return cu_launch_pdl(cu_pdl_on() && !fresh, k, blocks, GT_THREADS, smem, st, x, n, job);
 }
