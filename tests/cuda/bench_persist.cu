@@ -363,7 +363,7 @@ static double time_resident(void (*k)(pk_chain, unsigned *), const char *name, i
     int fit = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, k, GT_THREADS, smem));
     if (fit < per_sm) { fprintf(stderr, "%s: %d blocks an SM fit, not %d\n", name, fit, per_sm); exit(2); }
-    const unsigned grid = (unsigned)(per_sm * gt_sms());
+    const unsigned grid = (unsigned)(per_sm * cu_sms());
     *grid_out = grid;
     return time_median(st, [&] {
         CK(cudaMemsetAsync(done, 0, N_OPS * sizeof(unsigned), st));

@@ -378,7 +378,7 @@ static void fill_ws(const chain &c, ws_chain &ch) {
             }
             op.items += w.items;
         }
-        const int NW = gt_sms() * WS_CW;
+        const int NW = cu_sms() * WS_CW;
         op.per = (op.items + NW - 1) / NW;
         for (int j = 0; j < c.count[i]; j++) /* a warp's items one slice: per divides each slice's items */
             if ((op.w[j].items / op.w[j].S) % op.per) {
@@ -396,7 +396,7 @@ static double run_ws(const chain &c, cudaStream_t st, bool *fits) {
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, ws_kernel, (WS_CW + 1) * 32, WS_SMEM));
     *fits = fit >= 1;
     if (!*fits) return 0;
-    const unsigned grid = (unsigned)gt_sms();
+    const unsigned grid = (unsigned)cu_sms();
     return time_median(st, [&] {
         CK(cudaMemsetAsync(c.pool, 0, c.pool_n * 4, st));
         ws_kernel<<<grid, (WS_CW + 1) * 32, WS_SMEM, st>>>(ch);

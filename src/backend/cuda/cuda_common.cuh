@@ -195,6 +195,20 @@ static inline int cu_env_int(const char *name, int *cache, int dflt, int lo, int
     return *cache;
 }
 
+/* The current device's SM count, read once (132 where it cannot be read); racing first callers store the same value.
+ * For launch shapes (waves, tile choices), never for correctness. */
+static inline int cu_sms(void) {
+    static int sms;
+    if (!sms) {
+        int dev = 0, v = 0;
+        sms = cudaGetDevice(&dev) == cudaSuccess &&
+                      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0
+                  ? v
+                  : 132;
+    }
+    return sms;
+}
+
 static inline int cu_pdl_on(void) {
     static int env = -1, on = -1; /* racing first readers compute the same values */
     if (on < 0) {

@@ -357,18 +357,6 @@ template <class T> static inline cudaError_t wg_launch(void (*kernel)(wg_job, in
 #ifndef WG_LARGE_FILL
 #define WG_LARGE_FILL 5
 #endif
-/* The device's SM count (132 where it cannot be read), asked once; racing first callers store the same value. */
-static inline int wg_sms(void) {
-    static int sms;
-    int dev = 0, v = 0;
-    if (!sms) {
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v <= 0)
-            v = 132;
-        sms = v;
-    }
-    return sms;
-}
 static inline int wg_use_small(const wg_args *a, int m) {
     static int force = -1; /* racing first callers store the same value */
     if (force < 0) {
@@ -376,7 +364,7 @@ static inline int wg_use_small(const wg_args *a, int m) {
         force = v && !strcmp(v, "large") ? 1 : v && !strcmp(v, "small") ? 2 : 0;
     }
     if (force) return force == 2;
-    return wg_blocks<wg_large>(a, m) * 8 < (int64_t)WG_LARGE_FILL * wg_sms();
+    return wg_blocks<wg_large>(a, m) * 8 < (int64_t)WG_LARGE_FILL * cu_sms();
 }
 
 /* A plain launch: prompt work does not use programmatic launch. */

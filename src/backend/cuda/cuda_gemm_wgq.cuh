@@ -381,7 +381,7 @@ static inline cudaError_t wq_gemm(const wq_args *a, int m, int K, cudaStream_t s
     int tile = force;
     if (!tile) {
         tile = m <= wq_short::ROWS ? 1 : 2;
-        if (tile == 2 && (m + wq_long::ROWS - 1) / wq_long::ROWS * nb * 10 >= 7 * (int64_t)wg_sms()) tile = 3;
+        if (tile == 2 && (m + wq_long::ROWS - 1) / wq_long::ROWS * nb * 10 >= 7 * (int64_t)cu_sms()) tile = 3;
     }
     if (tile == 1) return wq_launch<wq_short>(a, m, K, st);
     if (tile == 2) return wq_launch<wq_mid>(a, m, K, st);

@@ -138,19 +138,6 @@ static inline size_t gemv_tc_pre_bytes(const qweight *W, int n, int bf16x) {
     return (size_t)((n + rt - 1) / rt) * (size_t)(W->n_in / gemv_tc_unit_k(kind)) * gemv_tc_tile_unit_bytes(kind, rt);
 }
 
-/* The device's SMs (read once; 132 if it cannot be read). */
-static inline int gt_sms(void) {
-    static int sms; /* racing first callers store the same value */
-    if (!sms) {
-        int dev = 0, v = 0;
-        sms = cudaGetDevice(&dev) == cudaSuccess &&
-                      cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && v > 0
-                  ? v
-                  : 132;
-    }
-    return sms;
-}
-
 /* QUILL_CUDA_GEMV_LOOP=0 keeps launches of many blocks at one output block a block (gemv_tc_kernel LOOP; an A/B
  * of the two in one build, the bits are the same). Read once. Launches of a plain x on one 4-bit weight with at
  * least GT_LOOP_WAVES waves of blocks loop (the head). */
@@ -173,7 +160,7 @@ static inline int gt_lean_on(void) {
  * (GT_MIN_BLOCKS): past GT_LEAN_WAVES waves of the default, even where the lean variant's last wave is the emptier
  * (the 9B's GDN in, 528 blocks: in two full waves at 2 an SM the 4-bit step was 1.7 % slower, session 45). */
 static inline bool gt_use_lean(unsigned blocks) {
-    return gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * gt_sms());
+    return gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * cu_sms());
 }
 
 /* The one-tile kernel that stages its own x, of input kind `in` (gt_in_kind). */
@@ -475,7 +462,7 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
     job.count = count;
     /* One 4-bit weight of many blocks on a plain x (the head): a wave of blocks, each looping over output blocks
      * (tune_gemv, pipelined, one row: 4-bit head 220.4 -> 207.9 us, bf16 469.1 -> 476.1, so 4-bit only) */
-    const int64_t slots = (int64_t)GT_MIN_BLOCKS * gt_sms(), n_ob = (W[0]->n_out + GT_OUT - 1) / GT_OUT;
+    const int64_t slots = (int64_t)GT_MIN_BLOCKS * cu_sms(), n_ob = (W[0]->n_out + GT_OUT - 1) / GT_OUT;
     if (kind != 0 && count == 1 && !job.ss && !job.xs && gt_in_kind(job.in) == GT_IN_X && n <= 4 && gt_loop_on() &&
         blocks >= GT_LOOP_WAVES * slots) {
         job.loop = (int)std::min<int64_t>(n_ob, std::max<int64_t>(1, slots / job.S[0]));
