@@ -32,7 +32,6 @@ def main():
     gi = head.index('Grid Size') if 'Grid Size' in head else None
     kernels = [(r[ni].split('(')[0], r[gi] if gi is not None else '', float(r[ti].replace(',', '')) * scale)
                for r in rows[2:] if len(r) > ti and r[ti]]
-    extra = issue_columns(head, units, rows[2:], ti)
     if medians:
         by = collections.defaultdict(list)
         for name, grid, t in kernels:
@@ -46,6 +45,7 @@ def main():
     if not starts:
         sys.exit('no embed_kernel: not a decode run')
     first = starts[-1]
+    extra = issue_columns(head, units, rows[2:], ti)
     step = kernels[first:]
     total = sum(t for _, _, t in step)
     per = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])
@@ -66,12 +66,9 @@ def main():
     sms = extra[first][3]
     print('| kernel | launches | us | share | warp instructions (M) | DRAM read (MB) | issue us (4 a cycle) |')
     print('|---|---|---|---|---|---|---|')
-    inst = hz = dram = 0.0
-    for k in range(first, len(kernels)):
-        inst += extra[k][0]
-        dram += extra[k][1]
-        hz += extra[k][2] * kernels[k][2]
-    hz /= total
+    inst = sum(p[2] for p in per.values())
+    dram = sum(p[3] for p in per.values())
+    hz = sum(extra[k][2] * kernels[k][2] for k in range(first, len(kernels))) / total  # time-weighted
     for name, (count, t, i, d) in sorted(per.items(), key=lambda kv: -kv[1][1]):
         print(f'| {name.replace("void ", "")} | {count} | {t:.1f} | {100 * t / total:.1f} % | {i / 1e6:.2f} | '
               f'{d / 1e6:.1f} | {i / (4 * sms * hz) * 1e6:.1f} |')
