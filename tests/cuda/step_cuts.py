@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""tests/cuda/step_cuts.py: cuts applied to a copy of the source tree, so that `quill bench` can time a decode step
+with parts of it removed (docs/performance.md, forty-fifth pass). Every cut makes the values wrong on purpose; only the
+step's time counts. Never applied to the tree that is committed: step_cuts.sh runs it on a copy.
+
+usage: step_cuts.py TREE CUT[,CUT...]   (an empty list or "main" changes nothing)
+
+Cuts (the one-row decode matmul is cuda_gemv.cuh's gt_block, 4-bit split mode):
+  free_unit   the unit's arithmetic costs nothing: it xors its weight words, scales and one staged word into acc
+              (the loads, the ring and everything around it stay)
+  no_stage    the block does not stage x (the barrier after it stays)
+  no_finish   the block does not finish its split (no partials, ticket or sum; acc kept alive by a store that
+              never happens)
+  no_wait     no kernel waits for the one before (cu_pdl_enter loses griddepcontrol.wait)
+  ring=N      N units in flight a warp in the 4-bit one-row kernels, lean variant included (main: 8, lean 4)
+  blocks=N    GT_BLOCKS_Q4 = N, the blocks a 4-bit split aims for (main: 256)
+"""
+import os
+import re
+import sys
+
+GEMV = 'src/backend/cuda/cuda_gemv.cuh'
+COMMON = 'src/backend/cuda/cuda_common.cuh'
+
+FREE_UNIT = '''    if constexpr (Q != 0 && !DQ) { /* step_cuts free_unit */
+#pragma unroll
+        for (int T = 0; T < NT; T++) {
+            if (T >= nt) break;
+            acc[T][0] = __uint_as_float(__float_as_uint(acc[T][0]) ^ w[0][0] ^ w[0][1] ^ sb[0] ^ bx[T * tx].x);
+            acc[T][1] = __uint_as_float(__float_as_uint(acc[T][1]) ^ w[1][0] ^ w[1][1] ^ sb[1] ^
+                                        __float_as_uint(xs[T * tX]));
+        }
+        return;
+    }
+'''
+
+
+def replace_once(text, old, new, cut):
+    if text.count(old) != 1:
+        sys.exit(f'step_cuts: {cut}: the text to replace is not in the tree once')
+    return text.replace(old, new)
+
+
+def apply(tree, cut, files):
+    name, _, arg = cut.partition('=')
+    g = files.setdefault(GEMV, open(os.path.join(tree, GEMV)).read())
+    if name == 'free_unit':
+        anchor = '    typedef gt_cfg<Q> C;\n    uint32_t a[2][2 * C::KSU];\n'
+        files[GEMV] = replace_once(g, anchor, anchor + FREE_UNIT, cut)
+    elif name == 'no_stage':
+        files[GEMV] = replace_once(g, '        gt_stage<Q, IN>(x, job.in,', '        if (0) gt_stage<Q, IN>(x, job.in,', cut)
+    elif name == 'no_finish':
+        m = re.search(r'            gt_finish<Q, NT, Q != 0, 4, DQ>\(acc, n, P\.W, P\.y, P\.part, P\.tick, P\.S, P\.s, '
+                      r'P\.row0[^;]*;', g)
+        if not m:
+            sys.exit(f'step_cuts: {cut}: gt_block\'s finish not found')
+        keep = ('            if (__float_as_uint(acc[0][0]) == 0x7f7f1234u && __float_as_uint(acc[0][1]) == 1u) '
+                'P.y[0] = 0.0f; /* step_cuts no_finish */')
+        files[GEMV] = g[:m.start()] + keep + g[m.end():]
+    elif name == 'no_wait':
+        c = files.setdefault(COMMON, open(os.path.join(tree, COMMON)).read())
+        files[COMMON] = replace_once(c, '    asm volatile("griddepcontrol.wait;\\n" ::: "memory");\n', '', cut)
+    elif name == 'ring' and arg.isdigit():
+        g = replace_once(g, '#define GT_DEPTH_Q4 8 ', f'#define GT_DEPTH_Q4 {arg} ', cut)
+        files[GEMV] = replace_once(g, 'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? 4 : C::DEPTH;',
+                                   f'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? {arg} : C::DEPTH;', cut)
+    elif name == 'blocks' and arg.isdigit():
+        files[GEMV] = replace_once(g, '#define GT_BLOCKS_Q4 256 ', f'#define GT_BLOCKS_Q4 {arg} ', cut)
+    else:
+        sys.exit(f'step_cuts: unknown cut {cut!r}')
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    tree, cuts = sys.argv[1], [c for c in sys.argv[2].split(',') if c and c != 'main']
+    files = {}
+    for cut in cuts:
+        apply(tree, cut, files)
+    for path, text in files.items():
+        with open(os.path.join(tree, path), 'w') as f:
+            f.write(text)
+
+
+if __name__ == '__main__':
+    main()
