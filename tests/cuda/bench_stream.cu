@@ -1,0 +1,131 @@
+/* bench_stream.cu: how fast the one-row 4-bit decode matmul's weight loads alone can stream, against other ways of
+ * reading the same bytes (docs/performance.md, forty-fifth pass). No arithmetic: every kernel xors what it loads into
+ * one word a thread and stores it only if it equals a value it never takes. Built and run with nvcc alone:
+ *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc tests/cuda/bench_stream.cu -o bench_stream
+ * Kernels, each over a 4-bit weight of n_out rows of K codes (K / 2 bytes a row), in blocks of 8 warps x 16 rows, the
+ * K units (64 codes, 32 bytes a row) cut into S slices, D units of loads in flight a warp:
+ *   rows:    today's pattern (cuda_gemv.cuh gt_wload): lane (g, t) loads 8 bytes of rows g and g + 8 a unit, so a warp's
+ *            load instruction reads 32 bytes from each of 8 rows;
+ *   packed:  the same bytes laid out so that a warp's unit is 512 contiguous bytes, one 16-byte load a lane;
+ *   copy:    every thread of a one-wave grid reads 16-byte words, grid-stride, over the whole weight.
+ * Each timing is a launch on each of COPIES copies of the weight in turn (so L2, 60 MB, keeps none), one CUDA graph
+ * replayed, events around it, the best of three replays; the table gives us a launch and TB/s of weight bytes.
+ * Written in session 46 after the device time was spent: compiled here (sm_90a, -Werror=all-warnings), not yet run. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench_check.h"
+
+#define COPIES 24
+#define MAGIC 0x9e3779b9u
+
+template <int D, bool PACKED>
+__global__ void __launch_bounds__(256) rows_kernel(const unsigned char *__restrict__ w, int n_out, int K, int S,
+                                                   unsigned *__restrict__ sink) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int n_ob = n_out / 128, U = K / 64, row_bytes = K / 2;
+    const int s = blockIdx.x / n_ob, ob = blockIdx.x % n_ob; /* slice-major, as gt_locate */
+    const int ub = s * U / S, us = (s + 1) * U / S - ub;
+    const int o0 = ob * 128 + warp * 16;
+    unsigned acc = 0;
+    if (PACKED) { /* the warp's 16 rows as units of 512 contiguous bytes */
+        const uint4 *p = (const uint4 *)(w + (int64_t)o0 * row_bytes + (int64_t)ub * 512) + lane;
+        for (int u = 0; u < us; u += D) {
+            uint4 v[D];
+#pragma unroll
+            for (int d = 0; d < D; d++) v[d] = u + d < us ? __ldg(p + (u + d) * 32) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int d = 0; d < D; d++) acc ^= v[d].x ^ v[d].y ^ v[d].z ^ v[d].w;
+        }
+    } else {
+        const uint2 *p0 = (const uint2 *)(w + (int64_t)(o0 + g) * row_bytes + ub * 32 + t * 8);
+        const uint2 *p8 = (const uint2 *)(w + (int64_t)(o0 + g + 8) * row_bytes + ub * 32 + t * 8);
+        for (int u = 0; u < us; u += D) {
+            uint2 a[D], b[D];
+#pragma unroll
+            for (int d = 0; d < D; d++) {
+                a[d] = u + d < us ? __ldg(p0 + (u + d) * 4) : make_uint2(0, 0);
+                b[d] = u + d < us ? __ldg(p8 + (u + d) * 4) : make_uint2(0, 0);
+            }
+#pragma unroll
+            for (int d = 0; d < D; d++) acc ^= a[d].x ^ a[d].y ^ b[d].x ^ b[d].y;
+        }
+    }
+    if (acc == MAGIC) sink[blockIdx.x * 256 + threadIdx.x] = acc;
+}
+
+__global__ void __launch_bounds__(256) copy_kernel(const uint4 *__restrict__ w, int64_t n16, unsigned *__restrict__ sink) {
+    unsigned acc = 0;
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        const uint4 a = __ldg(w + i), b = __ldg(w + i + stride), c = __ldg(w + i + 2 * stride), d = __ldg(w + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n16; i += stride) {
+        const uint4 a = __ldg(w + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == MAGIC) sink[blockIdx.x * 256 + threadIdx.x] = acc;
+}
+
+int main(void) {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    /* the 9B's one-row shapes with today's slices (GT_BLOCKS_Q4 256): gate + up as one weight, GDN in, out, down */
+    const struct { const char *name; int n_out, K, S; } shapes[] = {
+        {"gate+up 24576x4096", 24576, 4096, 4}, {"in 12288x4096", 12288, 4096, 4},
+        {"out 4096x4096", 4096, 4096, 8},       {"down 4096x12288", 4096, 12288, 8}};
+    const size_t max_bytes = (size_t)24576 * 4096 / 2;
+    unsigned char *w[COPIES];
+    for (int c = 0; c < COPIES; c++) {
+        CK(cudaMalloc(&w[c], max_bytes));
+        CK(cudaMemset(w[c], c + 1, max_bytes));
+    }
+    unsigned *sink;
+    CK(cudaMalloc(&sink, (size_t)1 << 24));
+    cudaStream_t st;
+    CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    printf("| weight | S | blocks | rows D=4 | rows D=8 | packed D=4 | packed D=8 | copy (one wave) |\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
+    for (const auto &sh : shapes) {
+        const size_t bytes = (size_t)sh.n_out * sh.K / 2;
+        const int blocks = sh.n_out / 128 * sh.S;
+        printf("| %s | %d | %d |", sh.name, sh.S, blocks);
+        for (int k = 0; k < 5; k++) {
+            /* the COPIES launches as one graph, so that the host's launch rate does not bound the small weights */
+            cudaGraph_t graph;
+            cudaGraphExec_t exec;
+            CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+            for (int c = 0; c < COPIES; c++) {
+                if (k == 0) rows_kernel<4, false><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
+                if (k == 1) rows_kernel<8, false><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
+                if (k == 2) rows_kernel<4, true><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
+                if (k == 3) rows_kernel<8, true><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
+                if (k == 4) copy_kernel<<<sms * 8, 256, 0, st>>>((const uint4 *)w[c], (int64_t)(bytes / 16), sink);
+            }
+            CK(cudaStreamEndCapture(st, &graph));
+            CK(cudaGraphInstantiate(&exec, graph, 0));
+            float best = 1e30f;
+            for (int rep = 0; rep < 4; rep++) { /* the first warms the graph */
+                CK(cudaEventRecord(e0, st));
+                CK(cudaGraphLaunch(exec, st));
+                CK(cudaEventRecord(e1, st));
+                CK(cudaEventSynchronize(e1));
+                float ms = 0.0f;
+                CK(cudaEventElapsedTime(&ms, e0, e1));
+                if (rep > 0 && ms < best) best = ms;
+            }
+            CK(cudaGraphExecDestroy(exec));
+            CK(cudaGraphDestroy(graph));
+            const double us = best * 1e3 / COPIES;
+            printf(" %.1f us, %.2f TB/s |", us, (double)bytes / (us * 1e-6) / 1e12);
+        }
+        printf("\n");
+    }
+    return 0;
+}
