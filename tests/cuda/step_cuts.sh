@@ -35,7 +35,7 @@ for v in "${variants[@]}"; do
   echo "# $name ($cuts): built in $(( $(date +%s) - t0 )) s"
   cp "$build/b/quill" "$build/quill-$name"
   if [ ! -d "$model" ] && [ -z "$synth" ]; then
-    m9=${model%q4}
+    m9=$model.bf16 # the bf16 synth the 4-bit copy is made from
     ( "$build/quill-$name" synth --preset 9b "$m9" >/dev/null 2>&1 &&
       "$build/quill-$name" quantize "$m9" "$model" --bits 4 --group-size 64 >/dev/null ) &
     synth=$!
