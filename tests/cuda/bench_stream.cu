@@ -70,6 +70,16 @@ __global__ void __launch_bounds__(256) copy_kernel(const uint4 *__restrict__ w, 
     if (acc == MAGIC) sink[blockIdx.x * 256 + threadIdx.x] = acc;
 }
 
+/* Random-looking words (an integer hash of the index and the copy), not a memset's constant: no pattern for the
+ * memory system to take advantage of. */
+__global__ void fill_kernel(uint32_t *w, int64_t n, uint32_t seed) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 0x9e3779b1u ^ seed * 0x85ebca77u;
+        h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
+        w[i] = h;
+    }
+}
+
 int main(void) {
     int sms = 0;
     CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
@@ -81,8 +91,10 @@ int main(void) {
     unsigned char *w[COPIES];
     for (int c = 0; c < COPIES; c++) {
         CK(cudaMalloc(&w[c], max_bytes));
-        CK(cudaMemset(w[c], c + 1, max_bytes));
+        fill_kernel<<<sms * 4, 256>>>((uint32_t *)w[c], (int64_t)(max_bytes / 4), (uint32_t)c + 1);
+        CK(cudaGetLastError());
     }
+    CK(cudaDeviceSynchronize());
     unsigned *sink;
     CK(cudaMalloc(&sink, (size_t)1 << 24));
     cudaStream_t st;
