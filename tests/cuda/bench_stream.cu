@@ -8,16 +8,23 @@
  *            load instruction reads 32 bytes from each of 8 rows;
  *   packed:  the same bytes laid out so that a warp's unit is 512 contiguous bytes, one 16-byte load a lane;
  *   copy:    every thread of a one-wave grid reads 16-byte words, grid-stride, over the whole weight.
- * Each timing is a launch on each of COPIES copies of the weight in turn (so L2, 60 MB, keeps none), one CUDA graph
- * replayed, events around it, the best of three replays; the table gives us a launch and TB/s of weight bytes.
+ * The weights are bench_weights.h's (random codes, rotating copies so that L2, 60 MB, keeps none). Each timing is one
+ * CUDA graph of LAUNCHES launches, launch i on copy i % copies, replayed: bench_chain.h's median of its event-timed
+ * runs; the table gives us a launch and TB/s of code bytes (scales and biases are not read).
  * Written in session 46 after the device time was spent: compiled here (sm_90a, -Werror=all-warnings), not yet run. */
-#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda/cuda_gemv.cuh"
 #include "bench_check.h"
+#include "bench_weights.h"
+#include "bench_chain.h"
 
-#define COPIES 24
+#define LAUNCHES 24
 #define MAGIC 0x9e3779b9u
 
 template <int D, bool PACKED>
@@ -70,74 +77,45 @@ __global__ void __launch_bounds__(256) copy_kernel(const uint4 *__restrict__ w, 
     if (acc == MAGIC) sink[blockIdx.x * 256 + threadIdx.x] = acc;
 }
 
-/* Random-looking words (an integer hash of the index and the copy), not a memset's constant: no pattern for the
- * memory system to take advantage of. */
-__global__ void fill_kernel(uint32_t *w, int64_t n, uint32_t seed) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 0x9e3779b1u ^ seed * 0x85ebca77u;
-        h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12;
-        w[i] = h;
-    }
-}
-
 int main(void) {
-    int sms = 0;
-    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int sms = cu_sms();
     /* the 9B's one-row shapes with today's slices (GT_BLOCKS_Q4 256): gate + up as one weight, GDN in, out, down */
     const struct { const char *name; int n_out, K, S; } shapes[] = {
         {"gate+up 24576x4096", 24576, 4096, 4}, {"in 12288x4096", 12288, 4096, 4},
         {"out 4096x4096", 4096, 4096, 8},       {"down 4096x12288", 4096, 12288, 8}};
-    const size_t max_bytes = (size_t)24576 * 4096 / 2;
-    unsigned char *w[COPIES];
-    for (int c = 0; c < COPIES; c++) {
-        CK(cudaMalloc(&w[c], max_bytes));
-        fill_kernel<<<sms * 4, 256>>>((uint32_t *)w[c], (int64_t)(max_bytes / 4), (uint32_t)c + 1);
-        CK(cudaGetLastError());
-    }
-    CK(cudaDeviceSynchronize());
-    unsigned *sink;
-    CK(cudaMalloc(&sink, (size_t)1 << 24));
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
+    unsigned *sink;
+    CK(cudaMalloc(&sink, (size_t)1 << 24));
     printf("| weight | S | blocks | rows D=4 | rows D=8 | packed D=4 | packed D=8 | copy (one wave) |\n");
     printf("|---|---|---|---|---|---|---|---|\n");
     for (const auto &sh : shapes) {
-        const size_t bytes = (size_t)sh.n_out * sh.K / 2;
+        wset ws = make_weight(sh.n_out, sh.K, 64, 11u);
+        const size_t bytes = ws.w_bytes;
         const int blocks = sh.n_out / 128 * sh.S;
         printf("| %s | %d | %d |", sh.name, sh.S, blocks);
         for (int k = 0; k < 5; k++) {
-            /* the COPIES launches as one graph, so that the host's launch rate does not bound the small weights */
+            /* the launches as one graph, so that the host's launch rate does not bound the small weights */
             cudaGraph_t graph;
             cudaGraphExec_t exec;
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-            for (int c = 0; c < COPIES; c++) {
-                if (k == 0) rows_kernel<4, false><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
-                if (k == 1) rows_kernel<8, false><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
-                if (k == 2) rows_kernel<4, true><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
-                if (k == 3) rows_kernel<8, true><<<blocks, 256, 0, st>>>(w[c], sh.n_out, sh.K, sh.S, sink);
-                if (k == 4) copy_kernel<<<sms * 8, 256, 0, st>>>((const uint4 *)w[c], (int64_t)(bytes / 16), sink);
+            for (int i = 0; i < LAUNCHES; i++) {
+                const unsigned char *w = (const unsigned char *)ws.W[i % ws.copies].w;
+                if (k == 0) rows_kernel<4, false><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
+                if (k == 1) rows_kernel<8, false><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
+                if (k == 2) rows_kernel<4, true><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
+                if (k == 3) rows_kernel<8, true><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
+                if (k == 4) copy_kernel<<<sms * 8, 256, 0, st>>>((const uint4 *)w, (int64_t)(bytes / 16), sink);
             }
             CK(cudaStreamEndCapture(st, &graph));
             CK(cudaGraphInstantiate(&exec, graph, 0));
-            float best = 1e30f;
-            for (int rep = 0; rep < 4; rep++) { /* the first warms the graph */
-                CK(cudaEventRecord(e0, st));
-                CK(cudaGraphLaunch(exec, st));
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                float ms = 0.0f;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                if (rep > 0 && ms < best) best = ms;
-            }
+            const double us = time_median(st, [&] { CK(cudaGraphLaunch(exec, st)); }) / LAUNCHES;
             CK(cudaGraphExecDestroy(exec));
             CK(cudaGraphDestroy(graph));
-            const double us = best * 1e3 / COPIES;
             printf(" %.1f us, %.2f TB/s |", us, (double)bytes / (us * 1e-6) / 1e12);
         }
         printf("\n");
+        free_weight(ws);
     }
     return 0;
 }
