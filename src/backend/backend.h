@@ -42,6 +42,7 @@ typedef struct qweight {
     void *scales, *biases; /* AFFINE only */
     qwfmt sb_fmt;          /* AFFINE only */
     int bits, group;       /* AFFINE only */
+    int tiled;             /* AFFINE, set by the backend's pack_weight: its bytes are in the backend's own order */
 } qweight;
 
 /* A run of batch rows of one stream: rows [row0, row0 + n_rows), at positions pos0, pos0 + 1, ... */
@@ -130,6 +131,10 @@ typedef struct qbackend_ops {
     qstatus (*copy)(qbackend *be, void *dst, const void *src, size_t bytes);
     qstatus (*zero)(qbackend *be, void *dst, size_t bytes);
     qstatus (*sync)(qbackend *be);
+    /* Optional (NULL: weights stay as loaded): lays an uploaded weight out as the backend's kernels read it and says so
+     * in W->tiled; it may move the weight into larger buffers (rows padded), *grown the bytes added. The model calls it
+     * once per weight after the upload. */
+    qstatus (*pack_weight)(qbackend *be, qweight *W, size_t *grown);
 
     /* y[r][:] = row ids[r] of table (dequantized). ids: backend int32 [n]. */
     qstatus (*embed)(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y);

@@ -126,7 +126,12 @@ static qstatus load_linear(wload *c, const char *module, int64_t n_out, int64_t 
     W->group = group;
     Q_TRY(upload_new(c, w->data, w->n_bytes, wn, &W->w));
     Q_TRY(upload_new(c, s->data, s->n_bytes, sn, &W->scales));
-    return upload_new(c, b->data, b->n_bytes, bn, &W->biases);
+    Q_TRY(upload_new(c, b->data, b->n_bytes, bn, &W->biases));
+    if (!c->be->ops->pack_weight) return Q_OK;
+    size_t grown = 0;
+    const qstatus st = c->be->ops->pack_weight(c->be, W, &grown);
+    c->w->n_bytes += (int64_t)grown;
+    return st == Q_OK ? Q_OK : q_wrap(st, "%s: laying out %s", c->dir, wn);
 }
 
 /* Converts t (numel n) to f32 on the host, optionally as 1+w, and uploads it. */

@@ -211,6 +211,7 @@ int main(void) {
     for (int si = 0; si < 4; si++) {
         const int64_t N = shapes[si][0], K = shapes[si][1];
         wset ws = make_weight(N, K, 64, 1000u + (uint32_t)si);
+        for (int c = 0; c < ws.copies; c++) ws.W[c].tiled = 0; /* gemv_int_kernel reads its codes row-major */
         CK(cudaMemset(dy, 0xff, (size_t)N * 4)); /* NaN: unwritten outputs show */
         run_int(ws.W[0], dx, dpart, dy);
         CK(cudaDeviceSynchronize());

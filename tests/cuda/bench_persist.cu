@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
 
 /* ---- the chain's ops ------------------------------------------------------------------------------- */
 static qweight one_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
-    qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64};
+    qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64, 0};
     const size_t wb = (size_t)(n_out * K) / 2, sb = (size_t)(n_out * (K / 64)) * 2;
     CK(cudaMalloc(&q.w, wb));
     CK(cudaMalloc(&q.scales, sb));
@@ -216,6 +216,7 @@ static qweight one_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes
     fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.biases, sb / 2, seed + 2, -0.03f, 0.004f);
     CK(cudaGetLastError());
     *bytes += wb + 2 * sb;
+    q.tiled = 1; /* random codes, read in the tile order as the model's are (cuda_q4_tiled.cuh) */
     return q;
 }
 

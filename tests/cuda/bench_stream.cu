@@ -4,14 +4,17 @@
  *   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc tests/cuda/bench_stream.cu -o bench_stream
  * Kernels, each over a 4-bit weight of n_out rows of K codes (K / 2 bytes a row), in blocks of 8 warps x 16 rows, the
  * K units (64 codes, 32 bytes a row) cut into S slices, D units of loads in flight a warp:
- *   rows:    today's pattern (cuda_gemv.cuh gt_wload): lane (g, t) loads 8 bytes of rows g and g + 8 a unit, so a warp's
- *            load instruction reads 32 bytes from each of 8 rows;
- *   packed:  the same bytes laid out so that a warp's unit is 512 contiguous bytes, one 16-byte load a lane;
+ *   rows:    the row-major pattern (gt_wload before the tiles): lane (g, t) loads 8 bytes of rows g and g + 8 a unit, so
+ *            a warp's load instruction reads 32 bytes from each of 8 rows;
+ *   packed:  the same bytes laid out so that a warp's unit is 512 contiguous bytes, one 16-byte load a lane (the tiles
+ *            of cuda_q4_tiled.cuh, which gt_wload reads now);
  *   copy:    every thread of a one-wave grid reads 16-byte words, grid-stride, over the whole weight.
- * The weights are bench_weights.h's (random codes, rotating copies so that L2, 60 MB, keeps none). Each timing is one
- * CUDA graph of LAUNCHES launches, launch i on copy i % copies, replayed: bench_chain.h's median of its event-timed
- * runs; the table gives us a launch and TB/s of code bytes (scales and biases are not read).
- * Written in session 46 after the device time was spent: compiled here (sm_90a, -Werror=all-warnings), not yet run. */
+ * Each runs at the decode kernels' occupancy (dynamic shared memory caps the blocks an SM: the lean variant's 3, the
+ * default's 2) and at the occupancy its registers allow. The weights are bench_weights.h's (random codes, rotating
+ * copies so that L2, 60 MB, keeps none). Each timing is one CUDA graph of LAUNCHES launches, launch i on copy
+ * i % copies, replayed: bench_chain.h's median of its event-timed runs; the table gives us a launch and TB/s of code
+ * bytes (scales and biases are not read). Session 47 (docs/performance.md, forty-sixth pass): the rows pattern
+ * 1.6-2.2 TB/s at the kernels' occupancy, packed 2.0-3.6; that led to cuda_q4_tiled.cuh. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,30 +85,41 @@ int main(void) {
     /* the 9B's one-row shapes with today's slices (GT_BLOCKS_Q4 256): gate + up as one weight, GDN in, out, down */
     const struct { const char *name; int n_out, K, S; } shapes[] = {
         {"gate+up 24576x4096", 24576, 4096, 4}, {"in 12288x4096", 12288, 4096, 4},
-        {"out 4096x4096", 4096, 4096, 8},       {"down 4096x12288", 4096, 12288, 8}};
+        {"out 4096x4096", 4096, 4096, 8},       {"down 4096x12288", 4096, 12288, 8},
+        {"head 248320x4096", 248320, 4096, 1}};
     cudaStream_t st;
     CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
     unsigned *sink;
     CK(cudaMalloc(&sink, (size_t)1 << 24));
-    printf("| weight | S | blocks | rows D=4 | rows D=8 | packed D=4 | packed D=8 | copy (one wave) |\n");
-    printf("|---|---|---|---|---|---|---|---|\n");
+    /* each kernel at the occupancy the decode kernels have (dynamic shared memory caps the blocks an SM: the lean
+     * variant's 3, the default's 2) and at the occupancy its registers allow */
+    struct cfg { const char *name; void (*k)(const unsigned char *, int, int, int, unsigned *); int per_sm; };
+    const cfg cfgs[] = {{"rows D=4, 3/SM", rows_kernel<4, false>, 3}, {"rows D=8, 2/SM", rows_kernel<8, false>, 2},
+                        {"rows D=8", rows_kernel<8, false>, 0},       {"packed D=8, 2/SM", rows_kernel<8, true>, 2},
+                        {"packed D=8", rows_kernel<8, true>, 0},      {"copy (one wave)", NULL, 0}};
+    const int n_cfg = sizeof cfgs / sizeof cfgs[0];
+    for (int c = 0; c < n_cfg; c++)
+        if (cfgs[c].k) CK(cudaFuncSetAttribute(cfgs[c].k, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
+    printf("| weight | S | blocks |");
+    for (int c = 0; c < n_cfg; c++) printf(" %s |", cfgs[c].name);
+    printf("\n|---|---|---|");
+    for (int c = 0; c < n_cfg; c++) printf("---|");
+    printf("\n");
     for (const auto &sh : shapes) {
         wset ws = make_weight(sh.n_out, sh.K, 64, 11u);
         const size_t bytes = ws.w_bytes;
         const int blocks = sh.n_out / 128 * sh.S;
         printf("| %s | %d | %d |", sh.name, sh.S, blocks);
-        for (int k = 0; k < 5; k++) {
+        for (int c = 0; c < n_cfg; c++) {
             /* the launches as one graph, so that the host's launch rate does not bound the small weights */
+            const size_t smem = cfgs[c].per_sm ? (size_t)(220 * 1024) / cfgs[c].per_sm : 0;
             cudaGraph_t graph;
             cudaGraphExec_t exec;
             CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
             for (int i = 0; i < LAUNCHES; i++) {
                 const unsigned char *w = (const unsigned char *)ws.W[i % ws.copies].w;
-                if (k == 0) rows_kernel<4, false><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
-                if (k == 1) rows_kernel<8, false><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
-                if (k == 2) rows_kernel<4, true><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
-                if (k == 3) rows_kernel<8, true><<<blocks, 256, 0, st>>>(w, sh.n_out, sh.K, sh.S, sink);
-                if (k == 4) copy_kernel<<<sms * 8, 256, 0, st>>>((const uint4 *)w, (int64_t)(bytes / 16), sink);
+                if (cfgs[c].k) cfgs[c].k<<<blocks, 256, smem, st>>>(w, sh.n_out, sh.K, sh.S, sink);
+                else copy_kernel<<<sms * 8, 256, 0, st>>>((const uint4 *)w, (int64_t)(bytes / 16), sink);
             }
             CK(cudaStreamEndCapture(st, &graph));
             CK(cudaGraphInstantiate(&exec, graph, 0));

@@ -48,7 +48,7 @@ static wset make_weight(int64_t n_out, int64_t K, int group, uint32_t seed) { /*
     const size_t per = s.w_bytes + 2 * s.sb_bytes;
     s.copies = (int)std::min<size_t>(16, std::max<size_t>(1, (size_t)(240u << 20) / per + 1));
     for (int c = 0; c < s.copies; c++) {
-        qweight q = {group ? QW_AFFINE : QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, group ? 4 : 0, group};
+        qweight q = {group ? QW_AFFINE : QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, group ? 4 : 0, group, 0};
         CK(cudaMalloc(&q.w, s.w_bytes));
         if (c == 0) {
             if (group) fill_words<<<2048, 256>>>((uint32_t *)q.w, s.w_bytes / 4, seed);
@@ -67,6 +67,8 @@ static wset make_weight(int64_t n_out, int64_t K, int group, uint32_t seed) { /*
                 CK(cudaMemcpy(q.biases, s.W[0].biases, s.sb_bytes, cudaMemcpyDeviceToDevice));
             }
         }
+        /* random codes: read in the tile order, as the model's are (cuda_q4_tiled.cuh; rows not padded here) */
+        q.tiled = q4t_eligible(&q) && n_out % 16 == 0;
         s.W[c] = q;
     }
     CK(cudaDeviceSynchronize());
@@ -91,6 +93,21 @@ static void weight_row(const qweight &W, int64_t o, std::vector<float> &out) {
         return;
     }
     const int64_t gpr = K / W.group;
+    if (W.tiled) { /* the row's group of 16 (cuda_q4_tiled.cuh), read in its order */
+        const int64_t G = o / 16, r = o % 16;
+        std::vector<unsigned char> w((size_t)(8 * K));
+        std::vector<uint16_t> sc((size_t)(16 * gpr)), bi((size_t)(16 * gpr));
+        CK(cudaMemcpy(w.data(), (const unsigned char *)W.w + G * 8 * K, w.size(), cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(sc.data(), (const uint16_t *)W.scales + G * 16 * gpr, sc.size() * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(bi.data(), (const uint16_t *)W.biases + G * 16 * gpr, bi.size() * 2, cudaMemcpyDeviceToHost));
+        for (int64_t k = 0; k < K; k++) {
+            const float q = (float)((w[(size_t)q4t_code_byte(r, k & ~1LL, K)] >> (4 * (k & 1))) & 15u);
+            const size_t s = (size_t)q4t_sb_index(r, k / W.group, gpr);
+            const volatile float p = bench_bf2f(sc[s]) * q;
+            out[(size_t)k] = p + bench_bf2f(bi[s]);
+        }
+        return;
+    }
     std::vector<uint32_t> w((size_t)K / 8);
     std::vector<uint16_t> sc((size_t)gpr), bi((size_t)gpr);
     CK(cudaMemcpy(w.data(), (const uint32_t *)W.w + o * (K / 8), (size_t)K / 2, cudaMemcpyDeviceToHost));

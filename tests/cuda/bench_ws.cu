@@ -314,7 +314,7 @@ static void build(chain &c, const float *x0) {
             c.count[o + k] = k == 2 ? 2 : 1;
             for (int j = 0; j < c.count[o + k]; j++) {
                 const int64_t n_out = shape[k][0], K = shape[k][1];
-                qweight q = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0};
+                qweight q = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0};
                 CK(cudaMalloc(&q.w, (size_t)(n_out * K) * 2));
                 /* |y| ~ |x|: uniform weights of scale 1.7 / sqrt(K) keep 32 ops in a row finite */
                 fill_bf16<<<2048, 256>>>((__nv_bfloat16 *)q.w, (size_t)(n_out * K),

@@ -142,11 +142,16 @@ static inline wpair mk_weight(qwfmt fmt, int64_t n_out, int64_t n_in, int bits, 
         p.s = mk(ng * 2, sh); p.b = mk(ng * 2, bh);
         free(h); free(sf); free(bf); free(sh); free(bh);
     }
-    qweight q = {fmt, n_out, n_in, NULL, NULL, NULL, QW_BF16, bits, group};
+    qweight q = {fmt, n_out, n_in, NULL, NULL, NULL, QW_BF16, bits, group, 0};
     p.c = q; p.g = q;
     p.c.w = p.w.c; p.g.w = p.w.g;
     p.c.scales = p.s.c; p.g.scales = p.s.g;
     p.c.biases = p.b.c; p.g.biases = p.b.g;
+    if (fmt == QW_AFFINE) { /* as the model loads it: tiled where eligible, its buffers maybe moved (rows padded) */
+        size_t grown = 0;
+        OK(gpu->ops->pack_weight(gpu, &p.g, &grown));
+        p.w.g = p.g.w, p.s.g = p.g.scales, p.b.g = p.g.biases;
+    }
     return p;
 }
 static inline void rm_weight(wpair p) { rm(p.w); if (p.s.c) { rm(p.s); rm(p.b); } }

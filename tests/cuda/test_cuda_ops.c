@@ -47,14 +47,16 @@ static void test_matmul(void) {
             expect_same(k == 0 ? "matmul f32 row alone vs in 37" : k == 1 ? "matmul bf16 row alone vs in 37" : "matmul 4b row alone vs in 37", a, b, sizeof a);
         rm(y1); rm(x); rm(y); rm_weight(W);
     }
-    /* embed, affine */
-    wpair T = mk_weight(QW_AFFINE, 300, 256, 4, 64);
-    int32_t ids[5] = {0, 299, 7, 7, 150};
-    buf d = mk(sizeof ids, ids), y = mk(5 * 256 * 4, NULL);
-    OK(cpu->ops->embed(cpu, &T.c, d.c, 5, y.c));
-    OK(gpu->ops->embed(gpu, &T.g, d.g, 5, y.g));
-    expect_close("embed affine 4b", y, 1e-6);
-    rm(d); rm(y); rm_weight(T);
+    /* embed, affine, tiled (cuda_q4_tiled.cuh): 300 rows (padded to 304) and 304 */
+    for (int rows = 300; rows <= 304; rows += 4) {
+        wpair T = mk_weight(QW_AFFINE, rows, 256, 4, 64);
+        int32_t ids[5] = {0, 299, 7, 7, 150};
+        buf d = mk(sizeof ids, ids), y = mk(5 * 256 * 4, NULL);
+        OK(cpu->ops->embed(cpu, &T.c, d.c, 5, y.c));
+        OK(gpu->ops->embed(gpu, &T.g, d.g, 5, y.g));
+        expect_close(rows == 300 ? "embed affine 4b, rows padded" : "embed affine 4b", y, 1e-6);
+        rm(d); rm(y); rm_weight(T);
+    }
 }
 
 /* The decode matmul's kernels (cuda_gemv.cu) at shapes that exercise their edges: the tensor-core
@@ -62,16 +64,18 @@ static void test_matmul(void) {
  * partial last chunk, 70 rows (three row chunks, the last with a partial 8-row tile); for g64 also slices that
  * start on an odd group and hold an odd number of units (2176: 4 slices of 8 or 9 units, from units 0, 8,
  * 17, 25) and rows of an odd number of groups fewer than a ring turn (192: 3); the SIMT 4-bit g32 kernel; a
- * 4-bit weight of 1,563 output blocks (its last one part-filled), whose one-row launch loops (job.loop).
+ * 4-bit weight of 1,563 output blocks (its last one part-filled), whose one-row launch loops (job.loop). 4-bit
+ * weights are tiled (cuda_q4_tiled.cuh): 1000x4096's rows are padded to 1008.
  * Outputs poisoned first; then row 45 bitwise alone (n = 1), among 70 other rows, and as row 9 of 12 and row 21 of
  * 24 (the many-row kernel's 2 and 4 tiles of 8 rows in decode bf16 mode, 4 and 8 tiles of 4 otherwise). */
 static void test_matmul_decode(void) {
     struct { qwfmt f; int bits, group, n_out, n_in; const char *name; } cases[] = {
         {QW_BF16, 0, 0, 1000, 1056, "matmul bf16 1000x1056 n70"},
-        {QW_AFFINE, 4, 64, 1000, 4096, "matmul 4b g64 1000x4096 n70"},
-        {QW_AFFINE, 4, 64, 300, 2176, "matmul 4b g64 300x2176 n70"},
-        {QW_AFFINE, 4, 64, 130, 192, "matmul 4b g64 130x192 n70"},
-        {QW_AFFINE, 4, 128, 200, 1152, "matmul 4b g128 200x1152 n70"},
+        {QW_AFFINE, 4, 64, 1008, 4096, "matmul 4b g64 1008x4096 n70"},
+        {QW_AFFINE, 4, 64, 304, 2176, "matmul 4b g64 304x2176 n70"},
+        {QW_AFFINE, 4, 64, 144, 192, "matmul 4b g64 144x192 n70"},
+        {QW_AFFINE, 4, 128, 208, 1152, "matmul 4b g128 208x1152 n70"},
+        {QW_AFFINE, 4, 64, 1000, 4096, "matmul 4b g64 1000x4096 n70 (padded)"},
         {QW_AFFINE, 4, 32, 96, 512, "matmul 4b g32 96x512 n70"},
         {QW_AFFINE, 4, 64, 200000, 256, "matmul 4b g64 200000x256 n70"}}; /* 1,563 blocks: one row loops */
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -118,7 +122,7 @@ static void test_matmul_decode(void) {
  * launch for a set of one format; 1, 6, 37 and 129 rows), and both against the CPU. */
 static void test_matmul_multi(void) {
     struct { qwfmt f[4]; int n_out[4], count, n_in; const char *name; } sets[] = {
-        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {1000, 64, 300, 32}, 4, 1024, "4b x4"},
+        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {1008, 64, 304, 32}, 4, 1024, "4b x4"},
         /* the GDN block's shapes: the 32-output weights alone take more row tiles than the job */
         {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {8192, 4096, 32, 32}, 4, 4096, "4b gdn"},
         {{QW_BF16, QW_BF16}, {520, 96}, 2, 1056, "bf16 x2"},
@@ -177,7 +181,8 @@ static void test_matmul_prefill_gemm(void) {
     const double tol = prefill_bf16_mode() ? 2e-2 : 1e-5;
     struct { qwfmt f; int n_out, n_in; } cases[] = {
         {QW_BF16, 256, 1024}, {QW_AFFINE, 256, 1024}, {QW_BF16, 100, 576}, {QW_AFFINE, 100, 576},
-        {QW_BF16, 516, 640}, {QW_AFFINE, 516, 640}}; /* 516: a part-filled last block of the wgmma kernel */
+        {QW_BF16, 516, 640}, {QW_AFFINE, 516, 640}, /* 516: a part-filled last block of the wgmma kernel */
+        {QW_AFFINE, 528, 640}}; /* the same with no rows of padding (4-bit weights are tiled, cuda_q4_tiled.cuh) */
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int n = 300, n_in = cases[c].n_in, n_out = cases[c].n_out;
         const size_t yb = (size_t)n * n_out * 4;
@@ -268,9 +273,9 @@ static void test_norms_and_elementwise(void) {
  * fallback overwrites it). */
 static void test_glu_matmul(void) {
     struct { qwfmt f; int n_out, n_in, dim, stride; qglu_act act; int norm; const char *name; } cases[] = {
-        {QW_AFFINE, 300, 1024, 1024, 1024, QGLU_SILU, 0, "swiglu 4b"},
+        {QW_AFFINE, 304, 1024, 1024, 1024, QGLU_SILU, 0, "swiglu 4b"},
         {QW_BF16, 200, 1024, 1024, 1024, QGLU_SILU, 0, "swiglu bf16"},
-        {QW_AFFINE, 520, 1024, 256, 512, QGLU_SIGMOID, 0, "sigmoid gate 4b"},
+        {QW_AFFINE, 528, 1024, 256, 512, QGLU_SIGMOID, 0, "sigmoid gate 4b"},
         {QW_F32, 96, 256, 64, 128, QGLU_SIGMOID, 0, "sigmoid gate f32 (fallback)"},
         {QW_AFFINE, 4096, 4096, 128, 128, QGLU_SILU, 1, "gated norm 4b"},
         {QW_BF16, 300, 4096, 128, 128, QGLU_SILU, 1, "gated norm bf16"},

@@ -137,6 +137,7 @@ static qbackend_ops make_ops(void) {
     o.copy = cu_copy;
     o.zero = cu_zero;
     o.sync = cu_sync;
+    o.pack_weight = cuda_pack_weight;
     o.embed = cuda_embed;
     o.rmsnorm = cuda_rmsnorm;
     o.matmul = cuda_matmul;

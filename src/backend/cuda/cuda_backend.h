@@ -14,6 +14,9 @@ extern "C" {
  * Fails with Q_ECUDA naming the call when there is no usable GPU. */
 qstatus cuda_backend_create(int device, qbackend **out);
 
+/* cuda_q4_tiled.cu: backend.h's pack_weight: an eligible 4-bit affine weight (q4t_eligible) laid out in tiles. */
+qstatus cuda_pack_weight(qbackend *be, qweight *W, size_t *grown);
+
 /* cuda_gemm.cu: whether the prompt GEMM on the current device takes 4-bit affine weights of this group from their
  * codes (no dequantized copy of them is made): for the memory fit. */
 int cuda_prefill_folds(int bits, int group);

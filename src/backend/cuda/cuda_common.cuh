@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "cuda_q4_tiled.cuh"
 
 typedef struct cuda_state {
     int device;
@@ -397,9 +398,16 @@ __device__ __forceinline__ float load_as_f32(const void *p, int fmt, int64_t i) 
     return ((const float *)p)[i];
 }
 
-/* W[o][i] as f32, for every format. AFFINE: codes are a little-endian bit stream along the row. */
+/* W[o][i] as f32, for every format. AFFINE: codes are a little-endian bit stream along the row (tiled: in
+ * cuda_q4_tiled.cuh's order). */
 __device__ __forceinline__ float weight_at(const qweight &W, int64_t o, int64_t i) {
     if (W.fmt != QW_AFFINE) return load_as_f32(W.w, W.fmt, o * W.n_in + i);
+    if (W.tiled) {
+        const int64_t gi = i / W.group, s = q4t_sb_index(o, gi, W.n_in / W.group);
+        const uint32_t code = (((const unsigned char *)W.w)[q4t_code_byte(o, i & ~1LL, W.n_in)] >> (4 * (i & 1))) & 15u;
+        const float scale = load_as_f32(W.scales, W.sb_fmt, s), bias = load_as_f32(W.biases, W.sb_fmt, s);
+        return __fadd_rn(__fmul_rn(scale, (float)code), bias);
+    }
     const uint32_t *row = (const uint32_t *)W.w + o * (W.n_in * W.bits / 32);
     const int64_t bit = i * W.bits;
     const int64_t wd = bit >> 5;

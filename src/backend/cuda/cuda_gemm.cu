@@ -183,9 +183,9 @@ __global__ void dequant4_kernel(qweight W, __nv_bfloat16 *__restrict__ hi, __nv_
     const uint32_t *codes = (const uint32_t *)W.w;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t o = t / wpr, i0 = (t - o * wpr) * 8;
-        const int64_t g = o * gpr + i0 / W.group;
+        const int64_t g = W.tiled ? q4t_sb_index(o, i0 / W.group, gpr) : o * gpr + i0 / W.group;
         const float sc = load_as_f32(W.scales, W.sb_fmt, g), bi = load_as_f32(W.biases, W.sb_fmt, g);
-        const uint32_t u = __ldg(codes + t);
+        const uint32_t u = __ldg(codes + (W.tiled ? q4t_code_byte(o, i0, W.n_in) / 4 : t));
         __align__(16) __nv_bfloat16 h[8], l[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {
@@ -395,7 +395,7 @@ static int wg_eligible(const qweight *W) {
 
 /* W as cuda_gemm_wgq.cuh's operand. */
 static wg_q4 q4_of(const qweight *W) {
-    wg_q4 q = {(const uint32_t *)W->w, W->scales, W->biases, W->group, (int)W->sb_fmt};
+    wg_q4 q = {(const uint32_t *)W->w, W->scales, W->biases, W->group, (int)W->sb_fmt, W->tiled};
     return q;
 }
 

@@ -32,11 +32,12 @@
 
 /* A 4-bit affine weight (n x K) as the kernel takes it: codes K / 8 words a row (element 8 i + e in word i's bits
  * 4e..4e+3), 16-byte aligned; a scale and a bias per group of `group` values of a row (group % 64 == 0, K % group
- * == 0) in sb_fmt (QW_BF16, QW_F16 or QW_F32), 4-byte aligned. */
+ * == 0) in sb_fmt (QW_BF16, QW_F16 or QW_F32), 4-byte aligned. tiled: all three in cuda_q4_tiled.cuh's order (a
+ * 16-row group's codes of a K tile are then one 512-byte run, the box's rows are groups). */
 struct wg_q4 {
     const uint32_t *codes;
     const void *scales, *biases;
-    int group, sb_fmt;
+    int group, sb_fmt, tiled;
 };
 static inline int wg_q4_ok(const wg_q4 *q, int64_t K) {
     return q->group > 0 && q->group % WG_BK == 0 && K % q->group == 0 && ((uintptr_t)q->codes & 15) == 0 &&
@@ -99,22 +100,27 @@ struct wq_lane {
     int64_t olo, ohi, gpr;
     bool vlo, vhi;
     const char *sc, *bi;
-    int fmt, group;
+    int fmt, group, tiled;
 };
 
+/* Row o's index of group gi's scale (bias), in the weight's order. */
+__device__ __forceinline__ int64_t wq_sb_index(const wq_lane &L, int64_t o, int64_t gi) {
+    return L.tiled ? q4t_sb_index(o, gi, L.gpr) : o * L.gpr + gi;
+}
 /* Tile t's words holding its rows' scales and biases (global, L1; 0 past n): w[0], w[1] row lo's, w[2], w[3] row
  * lo + 8's. wq_sb_conv reads the values out of them. */
 __device__ __forceinline__ void wq_sb_load(uint32_t (&w)[4], int t, const wq_lane &L) {
     const int64_t gi = (int64_t)t * WG_BK / L.group;
-#define WQ_SBW(p, o, ok) ((ok) ? __ldg((const uint32_t *)((p) + wq_sb_offset(L.fmt, (o) * L.gpr + gi))) : 0u)
+#define WQ_SBW(p, o, ok) ((ok) ? __ldg((const uint32_t *)((p) + wq_sb_offset(L.fmt, wq_sb_index(L, o, gi)))) : 0u)
     w[0] = WQ_SBW(L.sc, L.olo, L.vlo), w[1] = WQ_SBW(L.bi, L.olo, L.vlo);
     w[2] = WQ_SBW(L.sc, L.ohi, L.vhi), w[3] = WQ_SBW(L.bi, L.ohi, L.vhi);
 #undef WQ_SBW
 }
 __device__ __forceinline__ void wq_sb_conv(float (&sb)[4], const uint32_t (&w)[4], int t, const wq_lane &L) {
     const int64_t gi = (int64_t)t * WG_BK / L.group;
-    sb[0] = wq_sb_value(w[0], L.fmt, L.olo * L.gpr + gi), sb[1] = wq_sb_value(w[1], L.fmt, L.olo * L.gpr + gi);
-    sb[2] = wq_sb_value(w[2], L.fmt, L.ohi * L.gpr + gi), sb[3] = wq_sb_value(w[3], L.fmt, L.ohi * L.gpr + gi);
+    const int64_t ilo = wq_sb_index(L, L.olo, gi), ihi = wq_sb_index(L, L.ohi, gi);
+    sb[0] = wq_sb_value(w[0], L.fmt, ilo), sb[1] = wq_sb_value(w[1], L.fmt, ilo);
+    sb[2] = wq_sb_value(w[2], L.fmt, ihi), sb[3] = wq_sb_value(w[3], L.fmt, ihi);
 }
 
 /* Tile t's A fragments (a[4 j + i]: k-step j's registers, mma.sync's order: rows lo, lo + 8 at slots 2 cq, then at
@@ -124,10 +130,20 @@ __device__ __forceinline__ void wq_frags(uint32_t (&a)[16], int t, uint32_t base
     const int s = t % T::STAGES;
     wg_bar_wait(cu_smem_addr(&full[s]), (uint32_t)((t / T::STAGES) & 1));
     const uint32_t qt = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES;
-    const uint4 l0 = cu_lds128(qt + L.rlo * 32), l1 = cu_lds128(qt + L.rlo * 32 + 16);
-    const uint4 h0 = cu_lds128(qt + (L.rlo + 8) * 32), h1 = cu_lds128(qt + (L.rlo + 8) * 32 + 16);
-    const uint32_t lo[8] = {l0.x, l0.y, l0.z, l0.w, l1.x, l1.y, l1.z, l1.w};
-    const uint32_t hi[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    uint32_t lo[8], hi[8];
+    if (L.tiled) { /* the group's 512 bytes: rows lo and lo + 8 (lane / 4 = g) interleaved 8 bytes at a time */
+        const uint32_t g = qt + (L.rlo >> 4) * 512 + (L.rlo & 7) * 64;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint4 v = cu_lds128(g + 16 * j);
+            lo[2 * j] = v.x, lo[2 * j + 1] = v.y, hi[2 * j] = v.z, hi[2 * j + 1] = v.w;
+        }
+    } else {
+        const uint4 l0 = cu_lds128(qt + L.rlo * 32), l1 = cu_lds128(qt + L.rlo * 32 + 16);
+        const uint4 h0 = cu_lds128(qt + (L.rlo + 8) * 32), h1 = cu_lds128(qt + (L.rlo + 8) * 32 + 16);
+        lo[0] = l0.x, lo[1] = l0.y, lo[2] = l0.z, lo[3] = l0.w, lo[4] = l1.x, lo[5] = l1.y, lo[6] = l1.z, lo[7] = l1.w;
+        hi[0] = h0.x, hi[1] = h0.y, hi[2] = h0.z, hi[3] = h0.w, hi[4] = h1.x, hi[5] = h1.y, hi[6] = h1.z, hi[7] = h1.w;
+    }
     const int sh = 8 * L.cq;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -275,7 +291,8 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
             wg_bar_expect(bar, T::TX);
             wg_tma_load(st, &job.x[0], t * WG_BK, row0, bar);
             wg_tma_load(st + T::X_BYTES, &job.x[1], t * WG_BK, row0, bar);
-            wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 8, col0, bar);
+            if (job.w[wi].tiled) wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 128, col0 / 16, bar);
+            else wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 8, col0, bar);
             wg_tma_load(st + 2 * T::X_BYTES + T::Q_BYTES, &job.xs, row0, t, bar);
         }
         return;
@@ -288,7 +305,7 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
     const int n = job.n[wi];
     L.vlo = L.olo < n, L.vhi = L.ohi < n;
     L.sc = (const char *)job.w[wi].scales, L.bi = (const char *)job.w[wi].biases;
-    L.fmt = job.w[wi].sb_fmt, L.group = job.w[wi].group, L.gpr = K / job.w[wi].group;
+    L.fmt = job.w[wi].sb_fmt, L.group = job.w[wi].group, L.gpr = K / job.w[wi].group, L.tiled = job.w[wi].tiled;
     float y[NR / 2];
 #pragma unroll
     for (int i = 0; i < NR / 2; i++) y[i] = 0.0f;
@@ -346,8 +363,12 @@ template <class T> static inline cudaError_t wq_launch(const wq_args *a, int m, 
     job.count = a->count;
     for (int i = 0; i < a->count; i++) {
         if (!wg_q4_ok(&a->q[i], K)) return cudaErrorInvalidValue;
-        e = wg_map_any(&job.q[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, a->q[i].codes, a->n[i], K / 8, K / 2, 8, T::BO,
-                       CU_TENSOR_MAP_SWIZZLE_NONE);
+        if (a->q[i].tiled) /* groups of 16 rows (padded), each a row of K / 64 runs of 512 bytes */
+            e = wg_map_any(&job.q[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, a->q[i].codes, q4t_rows(a->n[i]) / 16,
+                           (int64_t)K * 2, (int64_t)K * 8, 128, T::BO / 16, CU_TENSOR_MAP_SWIZZLE_NONE);
+        else
+            e = wg_map_any(&job.q[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, a->q[i].codes, a->n[i], K / 8, K / 2, 8, T::BO,
+                           CU_TENSOR_MAP_SWIZZLE_NONE);
         if (e != cudaSuccess) return e;
         job.w[i] = a->q[i], job.y[i] = a->y[i], job.n[i] = a->n[i];
         job.nb0[i + 1] = job.nb0[i] + (a->n[i] + T::BO - 1) / T::BO;

@@ -116,7 +116,7 @@ static qstatus check_weight(const qweight *W) {
 /* Which SIMT decode kernel a weight takes when the tensor-core one does not: a property of the weight. */
 static int gemv_chunk(const qweight *W) {
     if (W->fmt == QW_BF16 && W->n_in % 8 == 0) return 8;
-    if (W->fmt == QW_AFFINE && W->bits == 4 && W->n_in % 32 == 0 && W->group % 32 == 0) return 32;
+    if (W->fmt == QW_AFFINE && !W->tiled && W->bits == 4 && W->n_in % 32 == 0 && W->group % 32 == 0) return 32;
     return 0;
 }
 

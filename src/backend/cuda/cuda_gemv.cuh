@@ -12,7 +12,8 @@
  * - W is the A operand (16 outputs per MMA). The B operand's 8 columns are 4 input rows, each as its
  *   hi column and its lo column, so one MMA applies 16 x 16 weights to both parts of 4 rows and a
  *   row's sum is (hi column) + (lo column) at the end of a unit. Lane (g = lane/4, t = lane%4) loads a
- *   contiguous piece of output rows g and g+8 (16 bytes bf16 or 8 bytes of 4-bit codes) and the
+ *   contiguous piece of output rows g and g+8 (16 bytes bf16 or 8 bytes of 4-bit codes; 4-bit weights are
+ *   tiled, cuda_q4_tiled.cuh, so a lane's two pieces are one 16-byte load and a warp's unit 512 bytes) and the
  *   staged activations put the matching x values in the same fragment slots: the K order inside an
  *   MMA is a fixed permutation, the same for every row.
  * - 4-bit: the weights of one "unit" (64 codes = 4 MMA k-steps) share a scale s and bias b. Codes
@@ -91,7 +92,8 @@ template <int Q> struct gt_cfg {
     static constexpr int KSU = Q ? 4 : 2;           /* MMA k-steps per unit */
     static constexpr int EPT = Q ? 16 : 8;          /* K values per lane per unit */
     static constexpr int WPU = Q ? 2 : 4;           /* 32-bit weight words per lane per row per unit */
-    static constexpr int UB = Q ? 32 : 64;          /* weight bytes per row per unit */
+    static constexpr int UB = Q ? 512 : 64;         /* bytes from a lane's unit to its next: 4-bit tiled, a warp's
+                                                       unit is 512 contiguous bytes (cuda_q4_tiled.cuh); bf16 a row's 64 */
     static constexpr int DEPTH = Q ? GT_DEPTH_Q4 : GT_DEPTH_BF16; /* units in flight per warp */
     static constexpr int SXU = KSU / 2 * 32;        /* uint4 of staged B fragments per tile per unit */
 };
@@ -154,8 +156,8 @@ __device__ __forceinline__ uint32_t gt_pair(uint32_t bits) { return __byte_perm(
 template <int WPU>
 __device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const uint32_t (&sb)[4], int src,
                                             uint32_t (&a)[2][8]) {
-    const uint32_t s0 = gt_pair(__shfl_sync(0xffffffffu, sb[0], src)), s1 = gt_pair(__shfl_sync(0xffffffffu, sb[1], src));
-    const uint32_t b0 = gt_pair(__shfl_sync(0xffffffffu, sb[2], src)), b1 = gt_pair(__shfl_sync(0xffffffffu, sb[3], src));
+    const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[2], src);
+    const uint32_t s0 = gt_pair(sv), s1 = __byte_perm(sv, 0u, 0x3232), b0 = gt_pair(bv), b1 = __byte_perm(bv, 0u, 0x3232);
 #pragma unroll
     for (int p = 0; p < 8; p++) a[0][p] = gt_dq(w[0][p >> 2], p & 3, s0, b0), a[1][p] = gt_dq(w[1][p >> 2], p & 3, s1, b1);
 }
@@ -186,13 +188,14 @@ __device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const u
 #endif
 
 /* A warp's weights for one unit: rows og and og8 at q0 and q8 (each the lane's first byte of the unit;
- * rows are clamped into the matrix, the outputs of rows past n_out are computed and thrown away). */
+ * rows are clamped into the matrix, the outputs of rows past n_out are computed and thrown away). 4-bit weights are
+ * tiled (cuda_q4_tiled.cuh): the lane's 8 bytes of both rows are one 16-byte word at q0 (q8 unused). */
 template <int Q>
 __device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *q0,
                                          const unsigned char *q8) {
     if constexpr (Q != 0) {
-        const uint2 a = __ldg((const uint2 *)q0), c = __ldg((const uint2 *)q8);
-        w[0][0] = a.x, w[0][1] = a.y, w[1][0] = c.x, w[1][1] = c.y;
+        const uint4 a = __ldg((const uint4 *)q0);
+        w[0][0] = a.x, w[0][1] = a.y, w[1][0] = a.z, w[1][1] = a.w;
     } else {
         const uint4 a = __ldg((const uint4 *)q0), c = __ldg((const uint4 *)q8);
         w[0][0] = a.x, w[0][1] = a.y, w[0][2] = a.z, w[0][3] = a.w;
@@ -201,15 +204,16 @@ __device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const
 }
 
 /* 4-bit: lane t's share of the bf16 scales and biases of units u, u+1, u+2, u+3 of the slice: unit
- * ub + min(u + t, us - 1) of rows og and og8 (s0.. point at the rows' first group), as raw bits
- * {s(og), s(og8), b(og), b(og8)}. They become f32 where they are used (after the shuffle to the
- * quad), so no instruction waits for them here. */
+ * ub + min(u + t, us - 1) of rows og and og8, as raw bits: sb[0] = {s(og), s(og8)}, sb[2] = {b(og), b(og8)} (low
+ * half og's; tiled, s0 and b0 point at the pair of the rows' first group, cuda_q4_tiled.cuh; sb[1], sb[3], s8 and b8
+ * unused). They become f32 where they are used (after the shuffle to the quad), so no instruction waits for them. */
 template <int Q>
 __device__ __forceinline__ void gt_sload(uint32_t (&sb)[4], const unsigned short *s0, const unsigned short *s8,
                                          const unsigned short *b0, const unsigned short *b8, int ub, int u, int us,
                                          int t) {
     const int gi = (ub + min(u + t, us - 1)) * 64 / Q;
-    sb[0] = __ldg(s0 + gi), sb[1] = __ldg(s8 + gi), sb[2] = __ldg(b0 + gi), sb[3] = __ldg(b8 + gi);
+    sb[0] = __ldg((const uint32_t *)(s0 + 16 * gi)), sb[2] = __ldg((const uint32_t *)(b0 + 16 * gi));
+    sb[1] = sb[3] = 0u;
 }
 
 __device__ __forceinline__ float gt_bf16(uint32_t bits) { return __uint_as_float(bits << 16); }
@@ -246,10 +250,8 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int p = 0; p < 8; p++) a[r][p] = gt_codes(w[r][p >> 2], p & 3);
-        s0 = gt_bf16(__shfl_sync(0xffffffffu, sb[0], src));
-        s1 = gt_bf16(__shfl_sync(0xffffffffu, sb[1], src));
-        b0 = gt_bf16(__shfl_sync(0xffffffffu, sb[2], src));
-        b1 = gt_bf16(__shfl_sync(0xffffffffu, sb[3], src));
+        const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[2], src);
+        s0 = gt_bf16(sv), s1 = __uint_as_float(sv & 0xFFFF0000u), b0 = gt_bf16(bv), b1 = __uint_as_float(bv & 0xFFFF0000u);
         if (GT_OFFSET) b0 = fmaf(-128.0f, s0, b0), b1 = fmaf(-128.0f, s1, b1);
     } else {
 #pragma unroll
@@ -383,7 +385,6 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
 
     /* Index math in 32 bits (unsigned divisions: 64-bit ones were most of the block's start, ncu): outputs
      * < 2^31, units per row < 2^26, blocks < 2^31 (the launch checks); byte offsets widen at the end. */
-    const int t = lane & 3;
     const unsigned n_rc = (unsigned)(n + rows - 1) / rows;
     const int n_out = (int)P.W.n_out, K = (int)P.W.n_in, ob_out = pair ? GT_OUT / 2 : GT_OUT;
     /* job.gx: the up's warpgroup takes W[1]'s data; the shapes stay W[0]'s, which the compiler knows to be uniform
@@ -401,15 +402,19 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
     P.us = u_end - u_begin, P.ub = u_begin;
     P.o0 = P.ob * ob_out + (pair ? warp % (GT_WARPS / 2) : warp) * 16;
     P.wact = P.o0 < n_out;
-    const int og = min(P.o0 + (lane >> 2), n_out - 1), og8 = min(P.o0 + (lane >> 2) + 8, n_out - 1);
     const int row_bytes = Q ? K / 2 : K * 2; /* < 2^31: K < 2^30 */
-    const int lane_off = u_begin * C::UB + t * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
-    P.p0 = (const unsigned char *)P.W.w + (int64_t)og * row_bytes + lane_off;
-    P.p8 = (const unsigned char *)P.W.w + (int64_t)og8 * row_bytes + lane_off;
-    const int gpr = Q ? K / (Q ? Q : 1) : 0;
-    const unsigned short *sc = (const unsigned short *)P.W.scales, *bi = (const unsigned short *)P.W.biases;
-    const int64_t g0 = (int64_t)og * gpr, g8 = (int64_t)og8 * gpr;
-    P.s0 = sc + g0, P.s8 = sc + g8, P.bb0 = bi + g0, P.bb8 = bi + g8;
+    if constexpr (Q != 0) { /* tiled (cuda_q4_tiled.cuh): the warp's 16 rows are one run, rows padded to 16 */
+        const int64_t o16 = min(P.o0, (int)q4t_rows(n_out) - 16); /* (an idle warp's pointers are never read) */
+        P.p0 = P.p8 = (const unsigned char *)P.W.w + o16 * row_bytes + u_begin * C::UB + lane * 16;
+        const int64_t g = o16 * (K / Q) + (lane >> 2) * 2;
+        P.s0 = P.s8 = (const unsigned short *)P.W.scales + g, P.bb0 = P.bb8 = (const unsigned short *)P.W.biases + g;
+    } else {
+        const int og = min(P.o0 + (lane >> 2), n_out - 1), og8 = min(P.o0 + (lane >> 2) + 8, n_out - 1);
+        const int lane_off = u_begin * C::UB + (lane & 3) * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
+        P.p0 = (const unsigned char *)P.W.w + (int64_t)og * row_bytes + lane_off;
+        P.p8 = (const unsigned char *)P.W.w + (int64_t)og8 * row_bytes + lane_off;
+        P.s0 = P.s8 = P.bb0 = P.bb8 = nullptr;
+    }
     return P;
 }
 

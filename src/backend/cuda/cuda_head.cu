@@ -96,7 +96,7 @@ qstatus cuda_head_argmax(qbackend *be, const float *x, const qweight *W, const v
     CU_TRY(cu_launch(hs_compact_kernel, (unsigned)(2 * sms), 256, 0, st, h->V, h->w), "head_argmax (candidates)");
     CU_TRY(cu_launch(hs_gather_kernel, HS_CAP, 128, 0, st, (const __nv_bfloat16 *)W->w, h->K, h->w),
            "head_argmax (rows)");
-    const qweight rows = {QW_BF16, HS_CAP, h->K, h->w.rows, NULL, NULL, QW_BF16, 0, 0};
+    const qweight rows = {QW_BF16, HS_CAP, h->K, h->w.rows, NULL, NULL, QW_BF16, 0, 0, 0};
     Q_TRY(cuda_matmul_like(be, x, 1, &rows, h->w.y, W));
     CU_TRY(cu_launch(hs_pick_kernel, 1, 256, 0, st, h->w, out), "head_argmax (pick)");
     return Q_OK;
