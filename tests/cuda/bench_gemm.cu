@@ -103,7 +103,8 @@ typedef struct dw {
 static dw dw_make(qbackend *be, const hw *h) {
     dw d;
     memset(&d, 0, sizeof d);
-    qweight q = {h->q4 ? QW_AFFINE : QW_BF16, h->n_out, h->k, NULL, NULL, NULL, QW_BF16, h->q4 ? 4 : 0, h->q4 ? 64 : 0, 0};
+    qweight q = {h->q4 ? QW_AFFINE : QW_BF16, h->n_out, h->k, NULL, NULL, NULL, QW_BF16, h->q4 ? 4 : 0,
+                 h->q4 ? 64 : 0, 0};
     if (!h->q4) {
         const size_t b = (size_t)(h->n_out * h->k) * 2;
         OK(be->ops->alloc(be, b, &q.w));

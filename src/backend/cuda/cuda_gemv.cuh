@@ -93,7 +93,7 @@ template <int Q> struct gt_cfg {
     static constexpr int EPT = Q ? 16 : 8;          /* K values per lane per unit */
     static constexpr int WPU = Q ? 2 : 4;           /* 32-bit weight words per lane per row per unit */
     static constexpr int UB = Q ? 512 : 64;         /* bytes from a lane's unit to its next: 4-bit tiled, a warp's
-                                                       unit is 512 contiguous bytes (cuda_q4_tiled.cuh); bf16 a row's 64 */
+                                                       unit 512 contiguous bytes (cuda_q4_tiled.cuh); bf16 a row's 64 */
     static constexpr int DEPTH = Q ? GT_DEPTH_Q4 : GT_DEPTH_BF16; /* units in flight per warp */
     static constexpr int SXU = KSU / 2 * 32;        /* uint4 of staged B fragments per tile per unit */
 };
@@ -157,7 +157,8 @@ template <int WPU>
 __device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const uint32_t (&sb)[4], int src,
                                             uint32_t (&a)[2][8]) {
     const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[2], src);
-    const uint32_t s0 = gt_pair(sv), s1 = __byte_perm(sv, 0u, 0x3232), b0 = gt_pair(bv), b1 = __byte_perm(bv, 0u, 0x3232);
+    const uint32_t s0 = gt_pair(sv), s1 = __byte_perm(sv, 0u, 0x3232); /* {s, s} of og, of og8 */
+    const uint32_t b0 = gt_pair(bv), b1 = __byte_perm(bv, 0u, 0x3232);
 #pragma unroll
     for (int p = 0; p < 8; p++) a[0][p] = gt_dq(w[0][p >> 2], p & 3, s0, b0), a[1][p] = gt_dq(w[1][p >> 2], p & 3, s1, b1);
 }
@@ -251,7 +252,8 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
 #pragma unroll
             for (int p = 0; p < 8; p++) a[r][p] = gt_codes(w[r][p >> 2], p & 3);
         const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[2], src);
-        s0 = gt_bf16(sv), s1 = __uint_as_float(sv & 0xFFFF0000u), b0 = gt_bf16(bv), b1 = __uint_as_float(bv & 0xFFFF0000u);
+        s0 = gt_bf16(sv), s1 = __uint_as_float(sv & 0xFFFF0000u); /* og's half, og8's */
+        b0 = gt_bf16(bv), b1 = __uint_as_float(bv & 0xFFFF0000u);
         if (GT_OFFSET) b0 = fmaf(-128.0f, s0, b0), b1 = fmaf(-128.0f, s1, b1);
     } else {
 #pragma unroll
@@ -410,7 +412,7 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
         P.s0 = P.s8 = (const unsigned short *)P.W.scales + g, P.bb0 = P.bb8 = (const unsigned short *)P.W.biases + g;
     } else {
         const int og = min(P.o0 + (lane >> 2), n_out - 1), og8 = min(P.o0 + (lane >> 2) + 8, n_out - 1);
-        const int lane_off = u_begin * C::UB + (lane & 3) * (C::WPU * 4); /* the lane's bytes of the slice's first unit */
+        const int lane_off = u_begin * C::UB + (lane & 3) * (C::WPU * 4); /* the lane's first bytes of the slice */
         P.p0 = (const unsigned char *)P.W.w + (int64_t)og * row_bytes + lane_off;
         P.p8 = (const unsigned char *)P.W.w + (int64_t)og8 * row_bytes + lane_off;
         P.s0 = P.s8 = P.bb0 = P.bb8 = nullptr;

@@ -7,9 +7,9 @@
 /* Which tensor-core kernel a weight takes (-1: none): a property of the weight alone. */
 static inline int gemv_tc_kind(const qweight *W) {
     if (W->fmt == QW_BF16 && W->n_in % 32 == 0) return 0;
-    if (W->fmt == QW_AFFINE && W->tiled) /* cuda_q4_tiled.cuh's q4t_eligible: 4-bit, group 64 or 128, bf16 scales (MLX's);
-                                          * f16 / f32 scales and untiled weights take the SIMT kernel */
-        return W->group;
+    /* 4-bit tiled (cuda_q4_tiled.cuh's q4t_eligible: group 64 or 128, bf16 scales, MLX's); f16 / f32 scales and
+     * untiled weights take the SIMT kernel */
+    if (W->fmt == QW_AFFINE && W->tiled) return W->group;
     return -1;
 }
 

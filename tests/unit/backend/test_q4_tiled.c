@@ -40,7 +40,8 @@ static void test_codes_round_trip(void **state) {
             for (int b = 0; b < 8; b += 2) {
                 assert_int_equal(q4t_code_byte(g, 2 * (8 * t + b), 256), (4 * g + t) * 16 + b);
                 assert_int_equal(q4t_code_byte(g + 8, 2 * (8 * t + b), 256), (4 * g + t) * 16 + 8 + b);
-                assert_int_equal(q4t_code_byte(16 + g, 64 + 2 * (8 * t + b), 256), 4 * 512 + 512 + (4 * g + t) * 16 + b);
+                assert_int_equal(q4t_code_byte(16 + g, 64 + 2 * (8 * t + b), 256),
+                                 4 * 512 + 512 + (4 * g + t) * 16 + b); /* group 1 (4 units of 512), unit 1 */
             }
 }
 
