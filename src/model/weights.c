@@ -3,7 +3,9 @@
  * Each Linear is either MLX affine ("<path>.scales" exists: weight U32 [out][in*bits/32], scales and
  * biases [out][in/group] in F32/F16/BF16, bits/group from config.json "quantization", cross-checked
  * against the shapes) or dense F32/F16/BF16 [out][in]; its bytes are uploaded unchanged
- * (be->ops->alloc + upload; mmap pointers may be misaligned and are only ever copied from). Small
+ * (be->ops->alloc + upload; mmap pointers may be misaligned and are only ever copied from), then an
+ * affine one goes to the backend's pack_weight, if it has one, to be laid out its own way (CUDA: 4-bit
+ * weights in tiles of 16 rows, cuda_q4_tiled.cuh). Small
  * vectors (norms, conv1d, dt_bias, A_log, linear_attn.norm) are converted to f32 on the host first;
  * zero-centred norms are uploaded as 1+w whatever the checkpoint stores (weights_names.c decides).
  * conv1d.weight is [C,1,K] (HF) or [C,K,1] (MLX): both are c*K + j in memory, uploaded as [C][K].
