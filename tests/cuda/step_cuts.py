@@ -14,8 +14,9 @@ Cuts (the one-row decode matmul is cuda_gemv.cuh's gt_block, 4-bit split mode):
   no_wait     no kernel waits for the one before (cu_pdl_enter loses griddepcontrol.wait)
   ring=N      N units in flight a warp in the 4-bit one-row kernels, lean variant included (main: 8, lean 4)
   blocks=N    GT_BLOCKS_Q4 = N, the blocks a 4-bit split aims for (main: 256)
-  l2pre       each warp sends the rest of its slice to L2 with one bulk prefetch before it waits (4-bit weights are
-              tiled, cuda_q4_tiled.cuh, so a warp's slice is one run of bytes)
+  l2pre[=N]   each warp sends the rest of its slice (N units past its ring) to L2 with one bulk prefetch before it
+              waits (4-bit weights are tiled, cuda_q4_tiled.cuh, so a warp's slice is one run of bytes)
+  l2post[=N]  the same right after the wait, while the block stages x (the op before's loads are done by then)
 """
 import os
 import re
@@ -39,18 +40,13 @@ FREE_UNIT = '''    if constexpr (Q != 0 && !DQ) { /* step_cuts free_unit */
 L2PRE_OLD = '''            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.s8, P.bb0, P.bb8, P.ub, 4 * q, P.us, t);
     }
 '''
-L2PRE_NEW = '''    if (Q && (threadIdx.x & 31) == 0 && P.us > D) /* step_cuts l2pre: the rest of the warp's slice to L2 */
+# L2_PREFETCH(N): the warp's N units after the ring's D (all the rest of its slice if N is 0) to L2, one bulk prefetch
+L2_PREFETCH = '''    if (Q && P.wact && (threadIdx.x & 31) == 0 && P.us > D) /* step_cuts {cut} */
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\\n" ::"l"(P.p0 + D * gt_cfg<Q>::UB),
-                     "r"((P.us - D) * gt_cfg<Q>::UB) : "memory");
+                     "r"(({n} > 0 ? min(P.us - D, {n}) : P.us - D) * gt_cfg<Q>::UB) : "memory");
 '''
-PACKED_SB_PLACE_OLD = '''    P.s0 = sc + g0, P.s8 = sc + g8, P.bb0 = bi + g0, P.bb8 = bi + g8;
+WAIT = '''    wait(); /* x, the partials and the tickets are the previous ops' */
 '''
-PACKED_SB_PLACE_NEW = '''    if (Q) { /* step_cuts packed_sb */
-        const int64_t gb = (int64_t)max(0, min(P.o0, n_out - 16)) * gpr + (lane >> 2) * 2;
-        P.s0 = P.s8 = sc + gb, P.bb0 = P.bb8 = bi + gb;
-    }
-'''
-
 
 def replace_once(text, old, new, cut):
     if text.count(old) != 1:
@@ -83,8 +79,12 @@ def apply(tree, cut, files):
                                    f'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? {arg} : C::DEPTH;', cut)
     elif name == 'blocks' and arg.isdigit():
         files[GEMV] = replace_once(g, '#define GT_BLOCKS_Q4 256 ', f'#define GT_BLOCKS_Q4 {arg} ', cut)
-    elif name == 'l2pre':
-        files[GEMV] = replace_once(g, L2PRE_OLD, L2PRE_OLD + L2PRE_NEW, cut)
+    elif name in ('l2pre', 'l2post') and (not arg or arg.isdigit()):
+        code = L2_PREFETCH.format(cut=cut, n=int(arg or 0))
+        if name == 'l2pre':
+            files[GEMV] = replace_once(g, L2PRE_OLD, L2PRE_OLD + code, cut)
+        else:
+            files[GEMV] = replace_once(g, WAIT, WAIT + code, cut)
     else:
         sys.exit(f'step_cuts: unknown cut {cut!r}')
 
