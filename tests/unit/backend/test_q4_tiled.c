@@ -59,7 +59,11 @@ static void test_scales_round_trip(void **state) {
                 assert_int_equal(seen[t], 0);
                 seen[t] = 1;
                 assert_int_equal(q4t_sb_src(t, gpr), o * gpr + gi);
-                if (o % 16 < 8) assert_int_equal(q4t_sb_index(o + 8, gi, gpr), t + 1); /* a lane's pair: one word */
+                if (o % 16 < 8) { /* lane 4 g + t's pair for rows g and g + 8 of group G: one word, where gt_locate
+                                   * and gt_sload read it */
+                    assert_int_equal(t, (o / 16) * 16 * gpr + gi * 16 + (o % 8) * 2);
+                    assert_int_equal(q4t_sb_index(o + 8, gi, gpr), t + 1);
+                }
             }
         free(seen);
     }
