@@ -37,7 +37,7 @@ FREE_UNIT = '''    if constexpr (Q != 0 && !DQ) { /* step_cuts free_unit */
     }
 '''
 
-L2PRE_OLD = '''            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.s8, P.bb0, P.bb8, P.ub, 4 * q, P.us, t);
+L2PRE_OLD = '''            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.bb0, P.ub, 4 * q, P.us, t);
     }
 '''
 # L2_PREFETCH(N): the warp's N units after the ring's D (all the rest of its slice if N is 0) to L2, one bulk prefetch

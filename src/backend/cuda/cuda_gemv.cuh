@@ -154,9 +154,9 @@ __device__ __forceinline__ uint32_t gt_pair(uint32_t bits) { return __byte_perm(
 /* DQ: a unit's A fragments (rows og and og8) from its codes and the raw scale / bias bits of its quad (sb as
  * gt_sload leaves them; src: the lane holding this unit's). */
 template <int WPU>
-__device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const uint32_t (&sb)[4], int src,
+__device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const uint32_t (&sb)[2], int src,
                                             uint32_t (&a)[2][8]) {
-    const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[2], src);
+    const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[1], src);
     const uint32_t s0 = gt_pair(sv), s1 = __byte_perm(sv, 0u, 0x3232); /* {s, s} of og, of og8 */
     const uint32_t b0 = gt_pair(bv), b1 = __byte_perm(bv, 0u, 0x3232);
 #pragma unroll
@@ -205,16 +205,14 @@ __device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const
 }
 
 /* 4-bit: lane t's share of the bf16 scales and biases of units u, u+1, u+2, u+3 of the slice: unit
- * ub + min(u + t, us - 1) of rows og and og8, as raw bits: sb[0] = {s(og), s(og8)}, sb[2] = {b(og), b(og8)} (low
- * half og's; tiled, s0 and b0 point at the pair of the rows' first group, cuda_q4_tiled.cuh; sb[1], sb[3], s8 and b8
- * unused). They become f32 where they are used (after the shuffle to the quad), so no instruction waits for them. */
+ * ub + min(u + t, us - 1) of rows og and og8, as raw bits: sb[0] = {s(og), s(og8)}, sb[1] = {b(og), b(og8)} (low
+ * half og's; s0 and b0 point at the pair of the rows' first group, cuda_q4_tiled.cuh). They become f32 where they
+ * are used (after the shuffle to the quad), so no instruction waits for them here. */
 template <int Q>
-__device__ __forceinline__ void gt_sload(uint32_t (&sb)[4], const unsigned short *s0, const unsigned short *s8,
-                                         const unsigned short *b0, const unsigned short *b8, int ub, int u, int us,
-                                         int t) {
+__device__ __forceinline__ void gt_sload(uint32_t (&sb)[2], const unsigned short *s0, const unsigned short *b0, int ub,
+                                         int u, int us, int t) {
     const int gi = (ub + min(u + t, us - 1)) * 64 / Q;
-    sb[0] = __ldg((const uint32_t *)(s0 + 16 * gi)), sb[2] = __ldg((const uint32_t *)(b0 + 16 * gi));
-    sb[1] = sb[3] = 0u;
+    sb[0] = __ldg((const uint32_t *)(s0 + 16 * gi)), sb[1] = __ldg((const uint32_t *)(b0 + 16 * gi));
 }
 
 __device__ __forceinline__ float gt_bf16(uint32_t bits) { return __uint_as_float(bits << 16); }
@@ -238,7 +236,7 @@ __device__ __forceinline__ void gt_ksteps(float (&c)[4], const uint32_t (&a)[2][
  * then {og8, og8}, and xs points at the X sums of rows 2t, 2t + 1; each value is what RT = 4 computes for its
  * row with lo = 0, as (P + 0) + (R + 0) = P + R. */
 template <int Q, int NT, int RT = 4, bool DQ = false>
-__device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const uint32_t (&sb)[4], int src,
+__device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], const uint32_t (&sb)[2], int src,
                                         const uint4 *bx, const float *xs, int tx, int tX, int nt,
                                         float (&acc)[NT][4]) {
     typedef gt_cfg<Q> C;
@@ -251,7 +249,7 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
         for (int r = 0; r < 2; r++)
 #pragma unroll
             for (int p = 0; p < 8; p++) a[r][p] = gt_codes(w[r][p >> 2], p & 3);
-        const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[2], src);
+        const uint32_t sv = __shfl_sync(0xffffffffu, sb[0], src), bv = __shfl_sync(0xffffffffu, sb[1], src);
         s0 = gt_bf16(sv), s1 = __uint_as_float(sv & 0xFFFF0000u); /* og's half, og8's */
         b0 = gt_bf16(bv), b1 = __uint_as_float(bv & 0xFFFF0000u);
         if (GT_OFFSET) b0 = fmaf(-128.0f, s0, b0), b1 = fmaf(-128.0f, s1, b1);
@@ -305,11 +303,11 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
  * q0, q8: the lane's weights of unit `base`; bx, xs: the staged fragments / X sums of unit `base`, so
  * every unit's address is a constant offset. FULL: all those units and refills exist (no checks). */
 template <int Q, int NT, int D, bool FULL, int RT = 4, bool DQ = false>
-__device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uint32_t (&sb)[D / 4][4],
+__device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uint32_t (&sb)[D / 4][2],
                                         const unsigned char *q0, const unsigned char *q8, const uint4 *bx,
                                         const float *xs, int tx, int tX, int nt, int base, int us,
-                                        const unsigned short *s0, const unsigned short *s8, const unsigned short *b0,
-                                        const unsigned short *b8, int ub, int lane, float (&acc)[NT][4]) {
+                                        const unsigned short *s0, const unsigned short *b0, int ub, int lane,
+                                        float (&acc)[NT][4]) {
     typedef gt_cfg<Q> C;
 #pragma unroll
     for (int d = 0; d < D; d++) {
@@ -318,7 +316,7 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
         if (FULL || base + d + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
         if constexpr (Q != 0)
             if ((d & 3) == 3 && (FULL || base + d + D - 3 < us))
-                gt_sload<Q>(sb[d / 4], s0, s8, b0, b8, ub, base + d + D - 3, us, lane & 3);
+                gt_sload<Q>(sb[d / 4], s0, b0, ub, base + d + D - 3, us, lane & 3);
     }
 }
 
@@ -368,7 +366,7 @@ template <int Q> struct gt_place {
     int S, s, bx, ob, row0, us, ub, U, o0;
     bool wact;
     const unsigned char *p0, *p8;             /* rows og and og8 */
-    const unsigned short *s0, *s8, *bb0, *bb8; /* their scales and biases (4-bit) */
+    const unsigned short *s0, *bb0;           /* 4-bit: their scales' and biases' pairs (cuda_q4_tiled.cuh) */
 };
 template <int Q>
 __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int rows, int lane, int warp,
@@ -409,13 +407,13 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
         const int64_t o16 = min(P.o0, (int)q4t_rows(n_out) - 16); /* (an idle warp's pointers are never read) */
         P.p0 = P.p8 = (const unsigned char *)P.W.w + o16 * row_bytes + u_begin * C::UB + lane * 16;
         const int64_t g = o16 * (K / Q) + (lane >> 2) * 2;
-        P.s0 = P.s8 = (const unsigned short *)P.W.scales + g, P.bb0 = P.bb8 = (const unsigned short *)P.W.biases + g;
+        P.s0 = (const unsigned short *)P.W.scales + g, P.bb0 = (const unsigned short *)P.W.biases + g;
     } else {
         const int og = min(P.o0 + (lane >> 2), n_out - 1), og8 = min(P.o0 + (lane >> 2) + 8, n_out - 1);
         const int lane_off = u_begin * C::UB + (lane & 3) * (C::WPU * 4); /* the lane's first bytes of the slice */
         P.p0 = (const unsigned char *)P.W.w + (int64_t)og * row_bytes + lane_off;
         P.p8 = (const unsigned char *)P.W.w + (int64_t)og8 * row_bytes + lane_off;
-        P.s0 = P.s8 = P.bb0 = P.bb8 = nullptr;
+        P.s0 = P.bb0 = nullptr;
     }
     return P;
 }
@@ -424,7 +422,7 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
  * overlaps the staging. */
 template <int Q, int D>
 __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w)[D][2][gt_cfg<Q>::WPU],
-                                              uint32_t (&sb)[D / 4][4], int t) {
+                                              uint32_t (&sb)[D / 4][2], int t) {
     if (!P.wact) return;
 #pragma unroll
     for (int d = 0; d < D; d++)
@@ -432,7 +430,7 @@ __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w
     if constexpr (Q != 0) {
 #pragma unroll
         for (int q = 0; q < D / 4; q++)
-            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.s8, P.bb0, P.bb8, P.ub, 4 * q, P.us, t);
+            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.bb0, P.ub, 4 * q, P.us, t);
     }
 }
 
@@ -464,7 +462,7 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
     const int nt = min(NT, (n - P.row0 + 3) / 4), us = P.us;
 
     uint32_t w[D][2][C::WPU];
-    uint32_t sb[D / 4][4];
+    uint32_t sb[D / 4][2];
     gt_ring_start<Q, D>(P, w, sb, t);
     wait(); /* x, the partials and the tickets are the previous ops' */
     uint4 *sx = gt_smem;
@@ -490,12 +488,12 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
             int base = 0;
             for (; GT_FULL_TURNS(Q) && base + 2 * D <= us; base += D)
                 gt_turn<Q, NT, D, true, 4, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
-                                        sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0, P.s8,
-                                        P.bb0, P.bb8, P.ub, lane, acc);
+                                        sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0,
+                                        P.bb0, P.ub, lane, acc);
             for (; base < us; base += D)
                 gt_turn<Q, NT, D, false, 4, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
                                          sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0,
-                                         P.s8, P.bb0, P.bb8, P.ub, lane, acc);
+                                         P.bb0, P.ub, lane, acc);
         }
         if constexpr (!LOOP) {
             gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact,

@@ -94,7 +94,7 @@ __device__ __forceinline__ void gw_next(int c, int chunks, int us, const uint4 *
 /* The warp's turn over chunk c's units (gemv_tc_kernel's gt_turn with the stage as the staged x). */
 template <int Q, int NT, int RT, bool FULL, bool DQ>
 __device__ __forceinline__ void gw_turn(int c, const gt_place<Q> &P, uint32_t (&w)[GW_UNITS][2][gt_cfg<Q>::WPU],
-                                        uint32_t (&sb)[GW_UNITS / 4][4], int lane, float (&acc)[NT][4]) {
+                                        uint32_t (&sb)[GW_UNITS / 4][2], int lane, float (&acc)[NT][4]) {
     typedef gt_cfg<Q> C;
     typedef gw_cfg<Q, NT, RT> G;
     constexpr int D = GW_UNITS;
@@ -103,7 +103,7 @@ __device__ __forceinline__ void gw_turn(int c, const gt_place<Q> &P, uint32_t (&
     const int base = c * D;
     gt_turn<Q, NT, D, FULL, RT, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB, st + lane,
                                 (const float *)(st + G::FRAG_U4) + (lane & 3) * (RT / 4), D * C::SXU, D * RT, NT, base,
-                                P.us, P.s0, P.s8, P.bb0, P.bb8, P.ub, lane, acc);
+                                P.us, P.s0, P.bb0, P.ub, lane, acc);
 }
 
 template <int Q, int NT, int RT, bool DQ = false>
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT, RT>::MIN_BLOCKS)
     const int us = P.us, live = (n - P.row0 + RT - 1) / RT, chunks = (us + D - 1) / D;
 
     uint32_t w[D][2][C::WPU];
-    uint32_t sb[D / 4][4];
+    uint32_t sb[D / 4][2];
     gt_ring_start<Q, D>(P, w, sb, t);
     cu_pdl_enter(); /* x, the partials and the tickets are the previous ops' */
     const int64_t first = (int64_t)(P.row0 / RT) * P.U + P.ub; /* tile 0's first unit in the split rows */
