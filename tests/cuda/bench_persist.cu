@@ -116,25 +116,28 @@ __device__ __forceinline__ ah_cursor ah_next(const pk_chain &ch, ah_cursor k) {
     return ah_first_from(ch, k.i + 1);
 }
 
-/* Issues the granule's loads into slot (nothing where the list has ended) and commits one group. A row's units
- * lie at (u ^ row % 8) * 32, so a warp's 8 rows of one unit are in different banks. */
+/* Issues the granule's loads into slot (nothing where the list has ended) and commits one group. The weights are
+ * tiled (cuda_q4_tiled.cuh), and the slot keeps their order: each of the block's AH_GROUPS groups of 16 rows holds
+ * the chunk's units as one run of cu x 512 bytes, and its scales (biases) as one run of cu records of 32 bytes (group
+ * 64: a record a unit); a warp's group is its own run, its lanes' 16-byte words in different banks. */
+#define AH_GROUPS (AH_ROWS / 16)
 __device__ __forceinline__ void ah_load(const pk_chain &ch, ah_cursor k, unsigned char *slot) {
     if (k.ok) {
         const gt_place<64> P = gt_locate<64>(ch.op[k.i].job, 1, 4, 0, 0, k.vb);
         const int u0 = P.ub + k.c * AH_CH, cu = min(AH_CH, P.us - k.c * AH_CH);
-        const int K = (int)P.W.n_in, gpr = K / 64, n_out = (int)P.W.n_out;
+        const int U = (int)P.W.n_in / 64, last = (int)(q4t_rows(P.W.n_out) / 16) - 1;
         const uint32_t base = cu_smem_addr(slot);
-        for (int p = threadIdx.x; p < AH_ROWS * cu * 2; p += GT_THREADS) { /* 16-byte pieces of codes */
-            const int r = p / (cu * 2), j = p % (cu * 2), o = min(P.ob * GT_OUT + r, n_out - 1);
-            cu_cp_async16(base + (uint32_t)(r * AH_CH * 32 + (((j >> 1) ^ (r & 7)) << 5) + (j & 1) * 16),
-                          (const unsigned char *)P.W.w + (int64_t)o * (K / 2) + u0 * 32 + j * 16, true);
+        for (int p = threadIdx.x; p < AH_GROUPS * cu * 32; p += GT_THREADS) { /* 16-byte pieces of codes */
+            const int gr = p / (cu * 32), j = p % (cu * 32), G = min(P.ob * AH_GROUPS + gr, last);
+            cu_cp_async16(base + (uint32_t)(gr * AH_CH * 512 + j * 16),
+                          (const unsigned char *)P.W.w + ((int64_t)G * U + u0) * 512 + j * 16, true);
         }
-        const int sp = cu / 8; /* 16-byte pieces of a row's scales */
-        for (int p = threadIdx.x; p < 2 * AH_ROWS * sp; p += GT_THREADS) {
-            const int which = p / (AH_ROWS * sp), q = p % (AH_ROWS * sp), r = q / sp, j = q % sp;
-            const int o = min(P.ob * GT_OUT + r, n_out - 1);
-            const unsigned short *src = (const unsigned short *)(which ? P.W.biases : P.W.scales) + (int64_t)o * gpr + u0 + j * 8;
-            cu_cp_async16(base + (uint32_t)(AH_ROWS * AH_CH * (32 + 2 * which) + r * AH_CH * 2 + j * 16), src, true);
+        for (int p = threadIdx.x; p < 2 * AH_GROUPS * cu * 2; p += GT_THREADS) { /* scales, then biases */
+            const int pieces = AH_GROUPS * cu * 2, which = p / pieces, gr = p % pieces / (cu * 2), j = p % (cu * 2);
+            const int G = min(P.ob * AH_GROUPS + gr, last);
+            const unsigned short *sb = (const unsigned short *)(which ? P.W.biases : P.W.scales);
+            cu_cp_async16(base + (uint32_t)(AH_ROWS * AH_CH * (32 + 2 * which) + gr * AH_CH * 32 + j * 16),
+                          sb + ((int64_t)G * U + u0) * 16 + j * 8, true);
         }
     }
     cu_cp_commit();
@@ -172,22 +175,20 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
         const unsigned char *slot = slots + (g % AH_SLOTS) * AH_SLOT_BYTES;
         const int cu = min(AH_CH, P.us - k.c * AH_CH), ul0 = k.c * AH_CH;
         if (P.wact) {
-            const int rl0 = warp * 16 + (lane >> 2), rl8 = rl0 + 8;
-            const unsigned short *sc = (const unsigned short *)(slot + AH_ROWS * AH_CH * 32);
-            const unsigned short *bi = sc + AH_ROWS * AH_CH;
-            uint32_t sb[4];
-            /* the next unit's words are read from shared memory while this one is used */
-            const auto word = [&](int r, int u) { return *(const uint2 *)(slot + r * AH_CH * 32 + ((u ^ (r & 7)) << 5) + t * 8); };
-            uint2 a = word(rl0, 0), b = word(rl8, 0);
+            /* the warp's group: its codes, and its lane's pair of scales (biases) in each unit's record */
+            const uint4 *codes = (const uint4 *)(slot + warp * AH_CH * 512) + lane;
+            const uint32_t *sc = (const uint32_t *)(slot + AH_ROWS * AH_CH * 32 + warp * AH_CH * 32) + (lane >> 2);
+            const uint32_t *bi = sc + AH_ROWS * AH_CH / 2;
+            uint32_t sb[2];
+            uint4 a = codes[0]; /* the next unit's words are read from shared memory while this one is used */
             for (int u = 0; u < cu; u++) {
                 if ((u & 3) == 0) {
                     const int uu = min(u + t, cu - 1);
-                    sb[0] = sc[rl0 * AH_CH + uu], sb[1] = sc[rl8 * AH_CH + uu];
-                    sb[2] = bi[rl0 * AH_CH + uu], sb[3] = bi[rl8 * AH_CH + uu];
+                    sb[0] = sc[uu * 8], sb[1] = bi[uu * 8];
                 }
                 uint32_t w[2][2];
-                w[0][0] = a.x, w[0][1] = a.y, w[1][0] = b.x, w[1][1] = b.y;
-                if (u + 1 < cu) a = word(rl0, u + 1), b = word(rl8, u + 1);
+                w[0][0] = a.x, w[0][1] = a.y, w[1][0] = a.z, w[1][1] = a.w;
+                if (u + 1 < cu) a = codes[(u + 1) * 32];
                 gt_unit<64, 1, 4>(w, sb, (lane & ~3) | (u & 3), sx + (ul0 + u) * C::SXU + lane, sX + (ul0 + u) * 4 + t,
                                   P.us * C::SXU, P.us * 4, 1, acc);
             }
