@@ -92,31 +92,20 @@ static void weight_row(const qweight &W, int64_t o, std::vector<float> &out) {
         for (int64_t k = 0; k < K; k++) out[(size_t)k] = bench_bf2f(h[(size_t)k]);
         return;
     }
-    const int64_t gpr = K / W.group;
-    if (W.tiled) { /* the row's group of 16 (cuda_q4_tiled.cuh), read in its order */
-        const int64_t G = o / 16, r = o % 16;
-        std::vector<unsigned char> w((size_t)(8 * K));
-        std::vector<uint16_t> sc((size_t)(16 * gpr)), bi((size_t)(16 * gpr));
-        CK(cudaMemcpy(w.data(), (const unsigned char *)W.w + G * 8 * K, w.size(), cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(sc.data(), (const uint16_t *)W.scales + G * 16 * gpr, sc.size() * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(bi.data(), (const uint16_t *)W.biases + G * 16 * gpr, bi.size() * 2, cudaMemcpyDeviceToHost));
-        for (int64_t k = 0; k < K; k++) {
-            const float q = (float)((w[(size_t)q4t_code_byte(r, k & ~1LL, K)] >> (4 * (k & 1))) & 15u);
-            const size_t s = (size_t)q4t_sb_index(r, k / W.group, gpr);
-            const volatile float p = bench_bf2f(sc[s]) * q;
-            out[(size_t)k] = p + bench_bf2f(bi[s]);
-        }
-        return;
-    }
-    std::vector<uint32_t> w((size_t)K / 8);
-    std::vector<uint16_t> sc((size_t)gpr), bi((size_t)gpr);
-    CK(cudaMemcpy(w.data(), (const uint32_t *)W.w + o * (K / 8), (size_t)K / 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(sc.data(), (const uint16_t *)W.scales + o * gpr, (size_t)gpr * 2, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(bi.data(), (const uint16_t *)W.biases + o * gpr, (size_t)gpr * 2, cudaMemcpyDeviceToHost));
+    /* 4-bit: the bytes holding the row, and its scales and biases (tiled: its group of 16 rows, cuda_q4_tiled.cuh);
+     * code k is nibble k % 2 of byte `at` */
+    const int64_t gpr = K / W.group, rows = W.tiled ? 16 : 1, r = W.tiled ? o % 16 : 0, first = o - r;
+    std::vector<unsigned char> w((size_t)(rows * K / 2));
+    std::vector<uint16_t> sc((size_t)(rows * gpr)), bi((size_t)(rows * gpr));
+    CK(cudaMemcpy(w.data(), (const unsigned char *)W.w + first * (K / 2), w.size(), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sc.data(), (const uint16_t *)W.scales + first * gpr, sc.size() * 2, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(bi.data(), (const uint16_t *)W.biases + first * gpr, bi.size() * 2, cudaMemcpyDeviceToHost));
     for (int64_t k = 0; k < K; k++) {
-        const float q = (float)((w[(size_t)(k / 8)] >> (4 * (k % 8))) & 15u);
-        const volatile float p = bench_bf2f(sc[(size_t)(k / W.group)]) * q;
-        out[(size_t)k] = p + bench_bf2f(bi[(size_t)(k / W.group)]);
+        const int64_t at = W.tiled ? q4t_code_byte(r, k & ~1LL, K) : k / 2;
+        const size_t s = (size_t)(W.tiled ? q4t_sb_index(r, k / W.group, gpr) : k / W.group);
+        const float q = (float)((w[(size_t)at] >> (4 * (k & 1))) & 15u);
+        const volatile float p = bench_bf2f(sc[s]) * q;
+        out[(size_t)k] = p + bench_bf2f(bi[s]);
     }
 }
 
