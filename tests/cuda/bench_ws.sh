@@ -1,14 +1,23 @@
 #!/usr/bin/env bash
-# tests/cuda/bench_ws.sh: a chain of dependent one-row bf16 matmuls as the decode path's launches and as one
-# persistent kernel with loader warps (bench_ws.cu). Builds it with nvcc, prints one table, keeps the log in $OUT.
-# WS_VARIANTS="name:flags ..." builds and runs more geometries (e.g. "cw8:-DWS_CW=8_-DWS_NST=4").
+# tests/cuda/bench_ws.sh: a chain of dependent one-row matmuls as the decode path's launches and as one persistent
+# kernel with loader warps (bench_ws.cu). Builds it with nvcc, prints one table, keeps the log in $OUT.
+# WS_VARIANTS="name:flags ..." builds and runs more geometries after the bf16 base (e.g. "cw8:-DWS_CW=8_-DWS_NST=4";
+# "q4:-DWS_Q=64" the 4-bit chain in tiles, "q4free:-DWS_Q=64_-DWS_FREE=1" with units that cost nothing); WS_ONLY=...
+# runs those alone, without the base. The builds run side by side, then the benches one at a time.
 set -u
 cd "$(dirname "$0")/../.."
 . tests/cuda/bench_lib.sh
 log=${OUT:-/tmp}/bench-ws.log
-for v in "base:" ${WS_VARIANTS:-}; do
+variants=(${WS_ONLY:-base: ${WS_VARIANTS:-}})
+for v in "${variants[@]}"; do
   name=${v%%:*}; flags=${v#*:}; flags=${flags//_-/ -}
-  bench_nvcc "bench_ws_$name" "$log.$name" -Xptxas -v $flags -- tests/cuda/bench_ws.cu
+  rm -f "build-bench/bench_ws_$name" # a failed build must not leave an older binary to run
+  bench_nvcc "bench_ws_$name" "$log.$name" -Xptxas -v $flags -- tests/cuda/bench_ws.cu &
+done
+wait
+for v in "${variants[@]}"; do
+  name=${v%%:*}
+  [ -x "build-bench/bench_ws_$name" ] || { echo "bench_ws $name: build failed"; tail -20 "$log.$name"; continue; }
   grep -A2 -E "Compiling.*ws_kernel" "$log.$name" | grep -E "registers|spill"
   bench_run "bench_ws $name" "$log" "build-bench/bench_ws_$name"
 done
