@@ -1,8 +1,9 @@
 /* bench_chain.h: what the chain benches (bench_persist.cu, bench_ws.cu) share: the start of main and the chain's
  * input, a relaxed flag load, its outputs read back (in op order) and poisoned, the median of REPS event-timed runs
  * (after one more), the bitwise comparison of a mode's outputs with the stream's, the stream's and a graph's runs, and
- * the copy bandwidth (read + write) that the floors divide by. A chain type C has W[n][2] (qweight), count[n]
- * (weights an op) and y[n][2] (their outputs). Include after cuda_gemv.cuh and bench_weights.h. */
+ * the copy bandwidth (read + write) that the floors divide by; compare_close for a mode of other arithmetic. A chain
+ * type C has W[n][2] (qweight), count[n] (weights an op) and y[n][2] (their outputs). Include after cuda_gemv.cuh and
+ * bench_weights.h. */
 #ifndef QUILL_BENCH_CHAIN_H
 #define QUILL_BENCH_CHAIN_H
 
@@ -45,6 +46,13 @@ template <typename C> static std::vector<float> outputs(const C &c, int n_ops) {
         }
     return all;
 }
+/* The number of values of each output in outputs()' order. */
+template <typename C> static std::vector<size_t> output_sizes(const C &c, int n_ops) {
+    std::vector<size_t> n;
+    for (int i = 0; i < n_ops; i++)
+        for (int j = 0; j < c.count[i]; j++) n.push_back((size_t)c.W[i][j].n_out);
+    return n;
+}
 template <typename C> static void poison(const C &c, int n_ops) {
     for (int i = 0; i < n_ops; i++)
         for (int j = 0; j < c.count[i]; j++) CK(cudaMemset(c.y[i][j], 0xff, (size_t)c.W[i][j].n_out * 4));
@@ -80,6 +88,28 @@ static void compare(const char *mode, const std::vector<float> &ref, const std::
     if (bad || nonfinite) {
         printf("FAIL %s: %zu of %zu outputs differ from the stream's, %zu not finite\n", mode, bad, ref.size(),
                nonfinite);
+        n_fail++;
+    }
+}
+/* A mode whose arithmetic is not the stream's (another unit): each op's outputs within tol of that op's largest |ref|
+ * (ops: the chain's outputs in order, n_op values each; a wrong layout or a race gives errors of order 1). */
+static void compare_close(const char *mode, const std::vector<float> &ref, const std::vector<float> &got,
+                          const std::vector<size_t> &n_op, double tol) {
+    double worst = 0.0;
+    size_t at = 0, nonfinite = 0;
+    for (size_t n : n_op) {
+        double big = 0.0, err = 0.0;
+        for (size_t i = at; i < at + n; i++) {
+            big = std::max(big, fabs((double)ref[i]));
+            err = std::max(err, fabs((double)got[i] - (double)ref[i]));
+            nonfinite += !isfinite(got[i]);
+        }
+        worst = std::max(worst, big > 0.0 ? err / big : err);
+        at += n;
+    }
+    printf("%s: largest difference from the stream %.2e of an op's largest output\n", mode, worst);
+    if (!(worst <= tol) || nonfinite) {
+        printf("FAIL %s: %.2e > %.0e, %zu not finite\n", mode, worst, tol, nonfinite);
         n_fail++;
     }
 }

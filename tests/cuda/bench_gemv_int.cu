@@ -2,14 +2,8 @@
  * one row, MLX 4-bit g64 weights: an exact-integer unit on the int8 tensor cores. Built and run by
  * tests/cuda/bench_gemv_int.sh; not used by quill.
  *
- * Arithmetic. Per unit of 64 K values (one quantisation group), x is block floating point: E chosen so
- * that |x / 2^E| < 2^30, m = rint(x / 2^E) (exact for every x within 2^-6 of the unit's largest), and m
- * in balanced base-256 digits m = d0 2^24 + d1 2^16 + d2 2^8 + d3 (int8 each). Codes q (0..15) are
- * unpacked to u8 with two masks and a shift per 8 codes, and mma.sync m16n8k32 u8 x s8 -> s32 gives
- * P_j = sum q d_j exactly (|P_j| <= 64 * 15 * 128) with the digits as B columns 0..3. The unit's sum is
- * then 2^E (((P0 256 + P1) 65536) + (P2 256 + P3)) in f32 and folds as acc = (s 2^E) v + (b X + acc),
- * X = the unit's sum of x (fixed order). Because P_j is exact, any kernel that computes it (any row
- * count, any tile shape) gets the same bits: batch invariance by exactness.
+ * Arithmetic: bench_int8_unit.h (x per unit as block floating point in four int8 digits, the codes as u8 on the
+ * int8 tensor cores, each unit's digit sums exact).
  *
  * Kernel: blocks of 4 warps x 16 outputs, split-K into S slices (partials summed in slice order by a
  * second kernel); each block stages its slice of x as B fragments (512 bytes per unit) with (X, 2^E);
@@ -28,6 +22,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "bench_check.h"
 #include "bench_weights.h"
+#include "bench_int8_unit.h"
 
 #define GI_WARPS 4
 #define GI_OUT (GI_WARPS * 16)
@@ -42,58 +37,17 @@
 #endif
 #define GI_UNIT_BYTES (2 * 32 * 8 + 16) /* B fragments of 2 k-steps + (X, 2^E), padded to 16 bytes */
 
-__device__ __forceinline__ void gi_imma(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* Stages units [u0, u0 + us) of x: warp w takes units w, w + 4, ...; lane l holds values 2l, 2l + 1.
- * Fragment layout per unit: uint2 sB[j * 32 + L] (k-step j, lane L = 4 g + t) = bytes b of digit g of the
- * values at (2t + j) * 8 + 2b (.x) and + 2b + 1 (.y), g < 4 (columns 4..7 zero). */
+/* Stages units [u0, u0 + us) of x: warp w takes units w, w + 4, ...; lane l holds values 2l, 2l + 1. Per unit,
+ * gi_stage_unit's 512 bytes of fragments (columns 4..7 zero), then (X, 2^E). */
 __device__ void gi_stage(const float *__restrict__ x, int u0, int us, unsigned char *sm) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int u = warp; u < us; u += GI_WARPS) {
         unsigned char *ub = sm + (size_t)u * GI_UNIT_BYTES;
         ((uint4 *)ub)[lane] = make_uint4(0u, 0u, 0u, 0u); /* 512 bytes of fragments */
         const float2 v = *(const float2 *)(x + (int64_t)(u0 + u) * 64 + 2 * lane);
-        const float mx = warp_max(fmaxf(fabsf(v.x), fabsf(v.y)));
-        int ex;
-        frexpf(mx, &ex); /* mx < 2^ex (mx = 0: ex = 0) */
-        const int sh = 30 - ex;
-        const int m[2] = {__float2int_rn(ldexpf(v.x, sh)), __float2int_rn(ldexpf(v.y, sh))};
-        const float X = warp_sum(v.x + v.y);
-        __syncwarp();
-        const int t = lane >> 3, j = (lane >> 2) & 1, b = lane & 3;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            int r = m[h];
-            int8_t d[4];
-#pragma unroll
-            for (int q = 3; q >= 1; q--) {
-                d[q] = (int8_t)(r & 0xff);
-                r = (r - d[q]) >> 8;
-            }
-            d[0] = (int8_t)r; /* |r| <= 64 */
-#pragma unroll
-            for (int g = 0; g < 4; g++) ub[(j * 32 + 4 * g + t) * 8 + 4 * h + b] = (unsigned char)d[g];
-        }
-        if (lane == 0) *(float2 *)(ub + 512) = make_float2(X, ldexpf(1.0f, -sh));
+        const float2 xe = gi_stage_unit<32>(v, ub);
+        if (lane == 0) *(float2 *)(ub + 512) = xe;
     }
-}
-
-/* A unit's digit sums (c: lane t = 0 holds digits 0, 1 of rows og and og8, lane t = 1 digits 2, 3) folded
- * into the rows' sums with the unit's scales and biases (raw bf16 bits) and (X, 2^E) at ub + 512. */
-__device__ __forceinline__ void gi_fold(const int (&c)[4], const uint32_t (&rs)[4], const unsigned char *ub,
-                                        float &acc0, float &acc8) {
-    const float2 xe = *(const float2 *)(ub + 512);
-    const int q0 = c[0] * 256 + c[1], q8 = c[2] * 256 + c[3];
-    const int r0 = __shfl_down_sync(0xffffffffu, q0, 1), r8 = __shfl_down_sync(0xffffffffu, q8, 1);
-    const float v0 = fmaf((float)q0, 65536.0f, (float)r0), v8 = fmaf((float)q8, 65536.0f, (float)r8);
-    acc0 = fmaf(__uint_as_float(rs[0] << 16) * xe.y, v0, fmaf(__uint_as_float(rs[2] << 16), xe.x, acc0));
-    acc8 = fmaf(__uint_as_float(rs[1] << 16) * xe.y, v8, fmaf(__uint_as_float(rs[3] << 16), xe.x, acc8));
 }
 
 __global__ void __launch_bounds__(GI_WARPS * 32, GI_MINB)
@@ -125,7 +79,6 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MINB)
     __syncthreads();
 
     float acc0 = 0.0f, acc8 = 0.0f;
-    const uint32_t M = 0x0f0f0f0fu;
     for (int base = 0; base < us; base += GI_D) {
         /* GI_TWO_PHASE: every unit's MMAs of the turn first, then every unit's combine and fold; else one
          * unit at a time. */
@@ -137,15 +90,10 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MINB)
             const unsigned char *ub = sm + (size_t)u * GI_UNIT_BYTES;
             const uint2 f0 = ((const uint2 *)ub)[lane], f1 = ((const uint2 *)ub)[32 + lane];
             cc[d][0] = cc[d][1] = cc[d][2] = cc[d][3] = 0;
-#pragma unroll
-            for (int k = 0; k < 2; k++) { /* k-step k: word 2t + k of both rows; low nibbles a0/a1, high a2/a3 */
-                const uint32_t p = k ? rw[d][0].y : rw[d][0].x, q = k ? rw[d][1].y : rw[d][1].x;
-                const uint2 f = k ? f1 : f0;
-                gi_imma(cc[d], p & M, q & M, (p >> 4) & M, (q >> 4) & M, f.x, f.y);
-            }
+            gi_unit_mma(cc[d], rw[d][0].x, rw[d][1].x, rw[d][0].y, rw[d][1].y, f0, f1); /* words 2t, 2t + 1 */
             if (u + GI_D < us) rw[d][0] = __ldg(w0 + (u + GI_D) * 4), rw[d][1] = __ldg(w8 + (u + GI_D) * 4);
 #if !GI_TWO_PHASE
-            gi_fold(cc[d], rs[d], ub, acc0, acc8);
+            gi_fold(cc[d], rs[d], *(const float2 *)(ub + 512), acc0, acc8);
             if (u + GI_D < us)
                 rs[d][0] = __ldg(s0 + u + GI_D), rs[d][1] = __ldg(s8 + u + GI_D), rs[d][2] = __ldg(b0 + u + GI_D),
                 rs[d][3] = __ldg(b8 + u + GI_D);
@@ -156,7 +104,7 @@ __global__ void __launch_bounds__(GI_WARPS * 32, GI_MINB)
         for (int d = 0; d < GI_D; d++) {
             const int u = base + d;
             if (u >= us) break;
-            gi_fold(cc[d], rs[d], sm + (size_t)u * GI_UNIT_BYTES, acc0, acc8);
+            gi_fold(cc[d], rs[d], *(const float2 *)(sm + (size_t)u * GI_UNIT_BYTES + 512), acc0, acc8);
             if (u + GI_D < us)
                 rs[d][0] = __ldg(s0 + u + GI_D), rs[d][1] = __ldg(s8 + u + GI_D), rs[d][2] = __ldg(b0 + u + GI_D),
                 rs[d][3] = __ldg(b8 + u + GI_D);

@@ -22,7 +22,9 @@
  * would read the run before's equal values, so the check catches wrong arithmetic and shared-memory races only).
  * WS_FREE=1 replaces the unit's arithmetic by one xor a word (the loads, slots and finish stay): how fast the loader
  * streams when the consumers cost nothing. WS_NODEP=1: no consumer waits for the flags of its x (what the flags cost).
- * Both leave the values wrong, and they are not checked.
+ * Both leave the values wrong, and they are not checked. WS_INT8=1 (4-bit): the consumers take bench_int8_unit.h's
+ * exact-integer unit instead of gt_unit (x as int8 digits, about half the instructions a unit); its values are not
+ * the decode path's bits, so they are checked against the stream's to 1e-3 of each op's largest output.
  * Prints one table: us per chain and per op against the chain's weight bytes over the copy bandwidth measured
  * here. Built and run by bench_ws.sh. */
 #include <math.h>
@@ -38,6 +40,7 @@
 #include "bench_check.h"
 #include "bench_weights.h"
 #include "bench_chain.h"
+#include "bench_int8_unit.h"
 
 #define LAYERS 8
 #define OPS_PER_LAYER 4
@@ -73,11 +76,16 @@ typedef gt_cfg<WS_Q> WC; /* a unit: WC::UK values of a row */
 #define WS_SLOT (WS_Q ? WS_Q4_CODES + 2 * WS_CH * 32 : WS_CH / WS_BOXU * WS_BOX)
 #define WS_SLOT_TX (WS_Q ? WS_SLOT : 16 * WS_CH * 64) /* bytes the copies of a slot bring */
 #define WS_MAX_US (WS_Q ? 24 : 48) /* units of the longest slice (down: 4096x12288, 8 slices) */
-/* A warp's B fragments, lanes 0-7 (row 0's hi, lo x 4 lanes t) of 16 bytes a k-step pair: bf16 8 a unit in order;
- * 4-bit 16 a unit, units in fours of 64 (unit u's pair jp at 64 (u / 4) + 32 jp + 8 (u % 4)), so that gt_unit's
- * reads of bx[0] and bx[32] find them; then 4-bit's X sums, a float a unit. */
+#ifndef WS_INT8
+#define WS_INT8 0 /* 4-bit: 1, bench_int8_unit.h's exact-integer unit (x as int8 digits), not gt_unit */
+#endif
+static_assert(!WS_INT8 || WS_Q == 64, "the int8 unit takes 4-bit weights");
+/* A warp's B fragments. bf16 and 4-bit: lanes 0-7 (row 0's hi, lo x 4 lanes t) of 16 bytes a k-step pair; bf16 8 a
+ * unit in order; 4-bit 16 a unit, units in fours of 64 (unit u's pair jp at 64 (u / 4) + 32 jp + 8 (u % 4)), so that
+ * gt_unit's reads of bx[0] and bx[32] find them; then 4-bit's X sums, a float a unit. WS_INT8: gi_stage_unit<16>'s
+ * 256 bytes a unit (the digits' lanes 0-15), then (X, 2^E), a float2 a unit. */
 #define WS_XU (WS_Q ? 16 : 8)
-#define WS_XF (WS_MAX_US * WS_XU * 16 + (WS_Q ? WS_MAX_US * 4 : 0))
+#define WS_XF (WS_MAX_US * WS_XU * 16 + (WS_INT8 ? WS_MAX_US * 8 : WS_Q ? WS_MAX_US * 4 : 0))
 #define WS_SMEM (WS_CW * (WS_NST * WS_SLOT + WS_XF))
 #define WS_PIECES (WS_MAX_US * 4 / 32) /* x pieces (a lane's EPT values of a unit) a lane stages at most */
 #ifndef WS_FREE
@@ -217,6 +225,18 @@ __device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, u
         }
         cu_fence_acquire();
     }
+#if WS_INT8
+    float2 xu[WS_MAX_US]; /* lane l: values 2l, 2l + 1 of each unit, every load out first */
+#pragma unroll
+    for (int u = 0; u < WS_MAX_US; u++)
+        xu[u] = u < it.us ? __ldcg((const float2 *)(op.x + (it.ub + u) * 64) + lane) : make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int u = 0; u < WS_MAX_US; u++) {
+        if (u >= it.us) break; /* uniform */
+        const float2 xe = gi_stage_unit<16>(xu[u], (unsigned char *)(xf + u * WS_XU));
+        if (lane == 0) ((float2 *)(xf + WS_MAX_US * WS_XU))[u] = xe;
+    }
+#else
     float4 xv[WS_PIECES][E / 4];
 #pragma unroll
     for (int q = 0; q < WS_PIECES; q++) {
@@ -267,6 +287,7 @@ __device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, u
         xf[u * 8 + 4 + t] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
 #endif
     }
+#endif
     __syncwarp();
 }
 
@@ -281,13 +302,12 @@ __shared__ float ws_zero_x;
  * zeros, as gt_stage's dead rows are. WS_FREE: one xor a word instead (wrong values, the loads kept). */
 __device__ __forceinline__ void ws_chunk(float (&acc)[1][4], const unsigned char *sl, const uint4 *xf, int u0,
                                          int lane) {
-    const int g = lane >> 2, t = lane & 3;
+    const int g = lane >> 2;
 #if WS_Q
-    const float *Xs = (const float *)(xf + WS_MAX_US * WS_XU);
+    const float *Xs = (const float *)(xf + WS_MAX_US * WS_XU); /* 4-bit's X sums; WS_INT8's (X, 2^E) pairs */
 #pragma unroll
     for (int u = 0; u < WS_CH; u++) {
         const uint4 a = *(const uint4 *)(sl + u * 512 + lane * 16);
-        const uint32_t w[2][2] = {{a.x, a.y}, {a.z, a.w}};
         const uint32_t sb[2] = {*(const uint32_t *)(sl + WS_Q4_CODES + u * 32 + 4 * g),
                                 *(const uint32_t *)(sl + WS_Q4_CODES + WS_CH * 32 + u * 32 + 4 * g)};
         if (WS_FREE) {
@@ -296,11 +316,20 @@ __device__ __forceinline__ void ws_chunk(float (&acc)[1][4], const unsigned char
             continue;
         }
         const int uu = u0 + u;
+#if WS_INT8
+        const uint2 *fb = (const uint2 *)(xf + uu * WS_XU), z = make_uint2(0u, 0u);
+        int c[4] = {0, 0, 0, 0};
+        gi_unit_mma(c, a.x, a.z, a.y, a.w, lane < 16 ? fb[lane] : z, lane < 16 ? fb[16 + lane] : z);
+        const uint32_t rs[4] = {sb[0] & 0xFFFFu, sb[0] >> 16, sb[1] & 0xFFFFu, sb[1] >> 16};
+        gi_fold(c, rs, ((const float2 *)Xs)[uu], acc[0][0], acc[0][1]);
+#else
+        const uint32_t w[2][2] = {{a.x, a.y}, {a.z, a.w}};
         const uint4 *bx = lane < 8 ? xf + (uu >> 2) * 64 + (uu & 3) * 8 + lane : ws_zero_f + (lane & 7);
-        gt_unit<WS_Q, 1, 4, false>(w, sb, lane, bx, t == 0 ? Xs + uu : &ws_zero_x, 0, 0, 1, acc);
+        gt_unit<WS_Q, 1, 4, false>(w, sb, lane, bx, (lane & 3) == 0 ? Xs + uu : &ws_zero_x, 0, 0, 1, acc);
+#endif
     }
 #else
-    sl += t * 16;
+    sl += (lane & 3) * 16;
 #pragma unroll
     for (int u = 0; u < WS_CH; u++) {
         const unsigned char *bu = sl + u / WS_BOXU * WS_BOX + u % WS_BOXU * 64;
@@ -542,6 +571,8 @@ int main(void) {
     bool fits = false;
     const double t_ws = run_ws(c, st, &fits);
     if (!fits) { printf("FAIL ws_kernel: %d bytes of shared memory do not fit an SM\n", WS_SMEM); n_fail++; }
+    else if (WS_CHECKED && WS_INT8)
+        compare_close("ws (int8 unit)", ref, outputs(c, N_OPS), output_sizes(c, N_OPS), 1e-3);
     else if (WS_CHECKED) compare("ws", ref, outputs(c, N_OPS));
     const double t_reset = run_resets(c, st);
 
@@ -555,7 +586,11 @@ int main(void) {
     printf("| graph of the launches | %.1f | %.2f | %.3f |\n", t_graph, t_graph / N_OPS, floor_us / t_graph);
     printf("| loader warps: %d consumer warps an SM, rings of %d slots of %d units (%d bytes), %s, polls %d ns apart%s "
            "| %.1f | %.2f | %.3f |\n", WS_CW, WS_NST, WS_CH, WS_SMEM,
-           WS_Q ? "three bulk copies a slot" : WS_TMA ? "tensor copies" : "a bulk copy a row", WS_SLEEP,
+           WS_INT8 ? "three bulk copies a slot, the int8 unit"
+           : WS_Q  ? "three bulk copies a slot"
+           : WS_TMA ? "tensor copies"
+                    : "a bulk copy a row",
+           WS_SLEEP,
            WS_FREE && WS_NODEP ? ", units free, no flags (values wrong, not checked)"
            : WS_FREE           ? ", units free (values wrong, not checked)"
            : WS_NODEP          ? ", no flags (values wrong, not checked)"
@@ -564,6 +599,7 @@ int main(void) {
     printf("| (of which the flags' and tickets' resets before the kernel) | %.1f | | |\n", t_reset);
     printf(n_fail        ? "bench_ws: %d checks FAILED\n"
            : !WS_CHECKED ? "bench_ws: the stream's outputs finite, the graph's bitwise the stream's (ws not checked)\n"
+           : WS_INT8     ? "bench_ws: every output within 1e-3 of the stream's, the graph's bitwise\n"
                          : "bench_ws: every output bitwise the stream's\n",
            n_fail);
     return n_fail ? 1 : 0;
