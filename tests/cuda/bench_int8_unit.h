@@ -51,6 +51,46 @@ template <int LS> __device__ __forceinline__ float2 gi_stage_unit(float2 v, unsi
     return make_float2(X, ldexpf(1.0f, -sh));
 }
 
+/* Four units of x at once, 8 lanes a unit, for a warp that stages many (bench_ws's consumers: gi_stage_unit's two warp
+ * reductions and eight byte stores a lane a unit cost them more than their units' MMAs). Lane l holds values
+ * 8 c .. 8 c + 7 of its unit (v), c = l % 8 = 2 t + j: the values of k-step j of lane t's fragment, so the lane writes
+ * whole words, digit g of values h, h + 2, h + 4, h + 6 as one (LS = 16 layout, as gi_stage_unit<16>'s). The digits
+ * are gi_stage_unit's; X is summed in another order (the lane's 8 in order, then over the 8 lanes). Returns
+ * (X, 2^E), the same in the unit's 8 lanes. */
+__device__ __forceinline__ float2 gi_stage_unit8(const float (&v)[8], unsigned char *ub) {
+    const int c = (threadIdx.x & 31) & 7, t = c >> 1, j = c & 1;
+    float mx = 0.0f, X = 0.0f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) mx = fmaxf(mx, fabsf(v[e])), X += v[e];
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) {
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        X += __shfl_xor_sync(0xffffffffu, X, o);
+    }
+    int ex;
+    frexpf(mx, &ex); /* mx < 2^ex (mx = 0: ex = 0) */
+    const int sh = 30 - ex;
+    uint32_t word[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}}; /* [h][g] */
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        int r = __float2int_rn(ldexpf(v[e], sh));
+        int8_t d[4];
+#pragma unroll
+        for (int q = 3; q >= 1; q--) {
+            d[q] = (int8_t)(r & 0xff);
+            r = (r - d[q]) >> 8;
+        }
+        d[0] = (int8_t)r; /* |r| <= 64 */
+#pragma unroll
+        for (int g = 0; g < 4; g++) word[e & 1][g] |= (uint32_t)(unsigned char)d[g] << (8 * (e >> 1));
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int g = 0; g < 4; g++) *(uint32_t *)(ub + (j * 16 + 4 * g + t) * 8 + 4 * h) = word[h][g];
+    return make_float2(X, ldexpf(1.0f, -sh));
+}
+
 /* A unit's two MMAs: k-step j on the lane's code words pj (row g) and qj (row g + 8): low nibbles a0 / a1, high
  * a2 / a3; f0, f1 the k-steps' B fragments. */
 __device__ __forceinline__ void gi_unit_mma(int (&c)[4], uint32_t p0, uint32_t q0, uint32_t p1, uint32_t q1, uint2 f0,

@@ -226,15 +226,23 @@ __device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, u
         cu_fence_acquire();
     }
 #if WS_INT8
-    float2 xu[WS_MAX_US]; /* lane l: values 2l, 2l + 1 of each unit, every load out first */
+    /* four units a pass (gi_stage_unit8): lane l takes unit 4 p + l / 8's values 8 (l % 8) .. + 7; loads out first */
+    float4 xu[WS_MAX_US / 4][2];
 #pragma unroll
-    for (int u = 0; u < WS_MAX_US; u++)
-        xu[u] = u < it.us ? __ldcg((const float2 *)(op.x + (it.ub + u) * 64) + lane) : make_float2(0.0f, 0.0f);
+    for (int p = 0; p < WS_MAX_US / 4; p++) {
+        const int u = 4 * p + (lane >> 3);
+        const float4 *px = (const float4 *)(op.x + (it.ub + u) * 64 + (lane & 7) * 8);
+        xu[p][0] = u < it.us ? __ldcg(px) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        xu[p][1] = u < it.us ? __ldcg(px + 1) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
 #pragma unroll
-    for (int u = 0; u < WS_MAX_US; u++) {
-        if (u >= it.us) break; /* uniform */
-        const float2 xe = gi_stage_unit<16>(xu[u], (unsigned char *)(xf + u * WS_XU));
-        if (lane == 0) ((float2 *)(xf + WS_MAX_US * WS_XU))[u] = xe;
+    for (int p = 0; p < WS_MAX_US / 4; p++) {
+        if (4 * p >= it.us) break; /* uniform: it.us is a multiple of 8 */
+        const int u = 4 * p + (lane >> 3);
+        const float v[8] = {xu[p][0].x, xu[p][0].y, xu[p][0].z, xu[p][0].w,
+                            xu[p][1].x, xu[p][1].y, xu[p][1].z, xu[p][1].w};
+        const float2 xe = gi_stage_unit8(v, (unsigned char *)(xf + u * WS_XU));
+        if ((lane & 7) == 0) ((float2 *)(xf + WS_MAX_US * WS_XU))[u] = xe;
     }
 #else
     float4 xv[WS_PIECES][E / 4];
