@@ -20,5 +20,5 @@ for v in "${variants[@]}"; do
   name=${v%%:*}
   [ -x "build-bench/bench_ws_$name" ] || { echo "bench_ws $name: build failed"; tail -20 "$log.$name"; continue; }
   grep -A2 -E "Compiling.*ws_kernel" "$log.$name" | grep -E "registers|spill"
-  bench_run "bench_ws $name" "$log" "build-bench/bench_ws_$name"
+  bench_run "bench_ws $name" "$log" timeout "${WS_TIMEOUT:-90}" "build-bench/bench_ws_$name" # a hang costs 90 s
 done
