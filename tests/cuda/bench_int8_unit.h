@@ -21,6 +21,16 @@ __device__ __forceinline__ void gi_imma(int (&c)[4], uint32_t a0, uint32_t a1, u
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* m (|m| < 2^30) in balanced base-256 digits: m = d0 2^24 + d1 2^16 + d2 2^8 + d3. */
+__device__ __forceinline__ void gi_digits(int r, int8_t (&d)[4]) {
+#pragma unroll
+    for (int q = 3; q >= 1; q--) {
+        d[q] = (int8_t)(r & 0xff);
+        r = (r - d[q]) >> 8;
+    }
+    d[0] = (int8_t)r; /* |r| <= 64 */
+}
+
 /* One unit of x as B fragments, by a whole warp: lane l holds values 2l, 2l + 1 (v). Fragment layout: uint2
  * ub[j * LS + L] (k-step j, lane L = 4 g + t < 16) = bytes b of digit g of the values at (2t + j) * 8 + 2b (.x) and
  * + 2b + 1 (.y). LS = 32: the MMA's whole fragment (the caller zeroes columns 4..7, lanes 16..31); LS = 16: the
@@ -37,14 +47,8 @@ template <int LS> __device__ __forceinline__ float2 gi_stage_unit(float2 v, unsi
     const int t = lane >> 3, j = (lane >> 2) & 1, b = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        int r = m[h];
         int8_t d[4];
-#pragma unroll
-        for (int q = 3; q >= 1; q--) {
-            d[q] = (int8_t)(r & 0xff);
-            r = (r - d[q]) >> 8;
-        }
-        d[0] = (int8_t)r; /* |r| <= 64 */
+        gi_digits(m[h], d);
 #pragma unroll
         for (int g = 0; g < 4; g++) ub[(j * LS + 4 * g + t) * 8 + 4 * h + b] = (unsigned char)d[g];
     }
@@ -73,14 +77,8 @@ __device__ __forceinline__ float2 gi_stage_unit8(const float (&v)[8], unsigned c
     uint32_t word[2][4] = {{0u, 0u, 0u, 0u}, {0u, 0u, 0u, 0u}}; /* [h][g] */
 #pragma unroll
     for (int e = 0; e < 8; e++) {
-        int r = __float2int_rn(ldexpf(v[e], sh));
         int8_t d[4];
-#pragma unroll
-        for (int q = 3; q >= 1; q--) {
-            d[q] = (int8_t)(r & 0xff);
-            r = (r - d[q]) >> 8;
-        }
-        d[0] = (int8_t)r; /* |r| <= 64 */
+        gi_digits(__float2int_rn(ldexpf(v[e], sh)), d);
 #pragma unroll
         for (int g = 0; g < 4; g++) word[e & 1][g] |= (uint32_t)(unsigned char)d[g] << (8 * (e >> 1));
     }
