@@ -22,7 +22,8 @@
  * would read the run before's equal values, so the check catches wrong arithmetic and shared-memory races only).
  * WS_FREE=1 replaces the unit's arithmetic by one xor a word (the loads, slots and finish stay): how fast the loader
  * streams when the consumers cost nothing. WS_NODEP=1: no consumer waits for the flags of its x (what the flags cost).
- * Both leave the values wrong, and they are not checked. WS_INT8=1 (4-bit): the consumers take bench_int8_unit.h's
+ * Both leave the values wrong, and they are not checked. WS_GLOBAL=1: a consumer waits for all of the op before (a count
+ * of its groups done), as a normalised input must in the real step. WS_INT8=1 (4-bit): the consumers take bench_int8_unit.h's
  * exact-integer unit instead of gt_unit (x as int8 digits, about half the instructions a unit); its values are not
  * the decode path's bits, so they are checked against the stream's to 1e-3 of each op's largest output.
  * Prints one table: us per chain and per op against the chain's weight bytes over the copy bandwidth measured
@@ -94,6 +95,9 @@ static_assert(!WS_INT8 || WS_Q == 64, "the int8 unit takes 4-bit weights");
 #ifndef WS_NODEP
 #define WS_NODEP 0 /* 1: no consumer waits for the op before's flags (wrong values, not checked): the flags' cost */
 #endif
+#ifndef WS_GLOBAL
+#define WS_GLOBAL 0 /* 1: a consumer waits for all of the op before (a count of its groups), as a norm's input must */
+#endif
 #define WS_CHECKED (!WS_FREE && !WS_NODEP)
 #ifndef WS_SLEEP
 #define WS_SLEEP 0 /* ns a poller sleeps between polls of the flags or of a full ring (0: it spins) */
@@ -115,7 +119,7 @@ struct ws_w {
     const unsigned char *w; /* bf16 rows, or 4-bit tiles */
     const unsigned char *sc, *bi; /* 4-bit: the scale and bias records (bf16) */
     float *y, *part;        /* part: S x n_out */
-    unsigned *tick, *ready; /* per output group of 16 */
+    unsigned *tick, *ready; /* per output group of 16; ready[n_out / 16]: the groups done (WS_GLOBAL) */
     int n_out, K, S, U, items;
 };
 struct ws_op {
@@ -123,6 +127,7 @@ struct ws_op {
     int count, items, per; /* consumer warp cw takes items [cw per, (cw + 1) per): one slice (the host checks) */
     const float *x;
     const unsigned *x_ready; /* the flags of x's output groups (the op before's first weight), NULL: ready */
+    unsigned x_groups;       /* their number */
 };
 struct ws_chain {
     ws_op op[N_OPS];
@@ -157,6 +162,12 @@ __device__ __forceinline__ void ws_copy(uint32_t dst, const void *src, uint32_t 
 }
 __device__ __forceinline__ void ws_st_release(unsigned *p, unsigned v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+/* Group og's outputs are in: its flag, and with WS_GLOBAL the weight's count of groups done, both with release. */
+__device__ __forceinline__ void ws_raise(const ws_w &W, int og) {
+    ws_st_release(W.ready + og, 1u);
+    if (WS_GLOBAL) asm volatile("red.release.gpu.global.add.u32 [%0], 1;\n" ::"l"(W.ready + W.n_out / 16) : "memory");
 }
 
 /* ---- the kernel ---------------------------------------------------------------------------------------- */
@@ -213,7 +224,10 @@ __device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, u
      * fence and its loads, all out at once. Piece p: the lane t = p % 4 share of unit p / 4, WC::EPT values. */
     constexpr int E = WC::EPT;
     const int np = it.us * 4; /* at most WS_PIECES a lane */
-    if (op.x_ready) {
+    if (op.x_ready && WS_GLOBAL) { /* every group of x, as a norm's scale needs (the count its finishers raise) */
+        while (ld_relaxed_gpu(op.x_ready + op.x_groups) < op.x_groups) ws_pause();
+        cu_fence_acquire();
+    } else if (op.x_ready) {
         const unsigned *f = op.x_ready + it.ub * (WC::UK / 16); /* a flag a group of 16 outputs */
         for (;;) {
             bool up = true;
@@ -385,7 +399,7 @@ __device__ __forceinline__ void ws_consume(const ws_chain &ch, int c, const unsi
             if (W.S == 1) {
                 if (t == 0) W.y[o] = v0, W.y[o + 8] = v1;
                 __syncwarp();
-                if (lane == 0) ws_st_release(W.ready + it.og, 1u);
+                if (lane == 0) ws_raise(W, it.og);
                 continue;
             }
             if (t == 0) {
@@ -406,7 +420,7 @@ __device__ __forceinline__ void ws_consume(const ws_chain &ch, int c, const unsi
                 W.y[it.og * 16 + lane] = sum;
             }
             __syncwarp();
-            if (lane == 0) ws_st_release(W.ready + it.og, 1u);
+            if (lane == 0) ws_raise(W, it.og);
         }
     }
 }
@@ -480,7 +494,7 @@ static void build(chain &c, const float *x0) {
                 CK(cudaMalloc(&c.part[o + k][j], std::max<size_t>(gemv_tc_part_floats(&q, 1), 16 * n_out) * 4));
                 CK(cudaMalloc(&c.tick[o + k][j], gemv_tc_ticks(&q, 1, 1, 0) * 4));
                 CK(cudaMemset(c.tick[o + k][j], 0, gemv_tc_ticks(&q, 1, 1, 0) * 4));
-                c.pool_n += 2 * groups;
+                c.pool_n += 2 * groups + 1;
             }
         }
         c.x[o] = l ? c.y[o - 1][0] : x0; /* in_proj: the layer before's down */
@@ -494,7 +508,7 @@ static void build(chain &c, const float *x0) {
         for (int j = 0; j < c.count[i]; j++) {
             const size_t groups = (size_t)c.W[i][j].n_out / 16;
             c.ws_tick[i][j] = c.pool + at, c.ready[i][j] = c.pool + at + groups;
-            at += 2 * groups;
+            at += 2 * groups + 1;
         }
     CK(cudaDeviceSynchronize());
 }
@@ -514,6 +528,7 @@ static void fill_ws(const chain &c, ws_chain &ch) {
     for (int i = 0; i < N_OPS; i++) {
         ws_op &op = ch.op[i];
         op.count = c.count[i], op.x = c.x[i], op.x_ready = i && !WS_NODEP ? c.ready[i - 1][0] : NULL;
+        op.x_groups = i ? (unsigned)(c.W[i - 1][0].n_out / 16) : 0u;
         for (int j = 0; j < c.count[i]; j++) {
             const qweight &q = c.W[i][j];
             ws_w &w = op.w[j];
@@ -599,7 +614,8 @@ int main(void) {
            : WS_TMA ? "tensor copies"
                     : "a bulk copy a row",
            WS_SLEEP,
-           WS_FREE && WS_NODEP ? ", units free, no flags (values wrong, not checked)"
+           WS_GLOBAL           ? ", each op waits for all of the op before"
+           : WS_FREE && WS_NODEP ? ", units free, no flags (values wrong, not checked)"
            : WS_FREE           ? ", units free (values wrong, not checked)"
            : WS_NODEP          ? ", no flags (values wrong, not checked)"
                                : "",
