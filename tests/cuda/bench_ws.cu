@@ -83,14 +83,14 @@ typedef gt_cfg<WS_Q> WC; /* a unit: WC::UK values of a row */
 static_assert(!WS_INT8 || WS_Q == 64, "the int8 unit takes 4-bit weights");
 /* A warp's B fragments. bf16 and 4-bit: lanes 0-7 (row 0's hi, lo x 4 lanes t) of 16 bytes a k-step pair; bf16 8 a
  * unit in order; 4-bit 16 a unit, units in fours of 64 (unit u's pair jp at 64 (u / 4) + 32 jp + 8 (u % 4)), so that
- * gt_unit's reads of bx[0] and bx[32] find them; then 4-bit's X sums, a float a unit. WS_INT8: gi_stage_unit<16>'s
+ * gt_unit's reads of bx[0] and bx[32] find them; then 4-bit's X sums, a float a unit. WS_INT8: gi_stage_unit8's
  * 256 bytes a unit (the digits' lanes 0-15), then (X, 2^E), a float2 a unit. */
 #define WS_XU (WS_Q ? 16 : 8)
 #define WS_XF (WS_MAX_US * WS_XU * 16 + (WS_INT8 ? WS_MAX_US * 8 : WS_Q ? WS_MAX_US * 4 : 0))
 #define WS_SMEM (WS_CW * (WS_NST * WS_SLOT + WS_XF))
 #define WS_PIECES (WS_MAX_US * 4 / 32) /* x pieces (a lane's EPT values of a unit) a lane stages at most */
 #ifndef WS_FREE
-#define WS_FREE 0
+#define WS_FREE 0 /* 1: a unit is one xor a word (wrong values, not checked): how fast the loader streams */
 #endif
 #ifndef WS_NODEP
 #define WS_NODEP 0 /* 1: no consumer waits for the op before's flags (wrong values, not checked): the flags' cost */
@@ -132,6 +132,7 @@ struct ws_op {
 struct ws_chain {
     ws_op op[N_OPS];
 };
+static_assert(sizeof(ws_chain) <= 32764, "the chain rides in the kernel's parameters");
 struct ws_item {
     int w, og, s, ub, us;
 };
