@@ -101,8 +101,8 @@ static void weight_row(const qweight &W, int64_t o, std::vector<float> &out) {
     CK(cudaMemcpy(sc.data(), (const uint16_t *)W.scales + first * gpr, sc.size() * 2, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(bi.data(), (const uint16_t *)W.biases + first * gpr, bi.size() * 2, cudaMemcpyDeviceToHost));
     for (int64_t k = 0; k < K; k++) {
-        const int64_t at = W.tiled ? q4t_code_byte(r, k & ~1LL, K) : k / 2;
-        const size_t s = (size_t)(W.tiled ? q4t_sb_index(r, k / W.group, gpr) : k / W.group);
+        const int64_t at = q4_code_byte_at(W.tiled, r, k & ~1LL, K);
+        const size_t s = (size_t)q4_sb_at(W.tiled, r, k / W.group, gpr);
         const float q = (float)((w[(size_t)at] >> (4 * (k & 1))) & 15u);
         const volatile float p = bench_bf2f(sc[s]) * q;
         out[(size_t)k] = p + bench_bf2f(bi[s]);

@@ -402,20 +402,19 @@ __device__ __forceinline__ float load_as_f32(const void *p, int fmt, int64_t i) 
  * cuda_q4_tiled.cuh's order). */
 __device__ __forceinline__ float weight_at(const qweight &W, int64_t o, int64_t i) {
     if (W.fmt != QW_AFFINE) return load_as_f32(W.w, W.fmt, o * W.n_in + i);
+    uint32_t code;
     if (W.tiled) {
-        const int64_t gi = i / W.group, s = q4t_sb_index(o, gi, W.n_in / W.group);
-        const uint32_t code = (((const unsigned char *)W.w)[q4t_code_byte(o, i & ~1LL, W.n_in)] >> (4 * (i & 1))) & 15u;
-        const float scale = load_as_f32(W.scales, W.sb_fmt, s), bias = load_as_f32(W.biases, W.sb_fmt, s);
-        return __fadd_rn(__fmul_rn(scale, (float)code), bias);
+        code = (((const unsigned char *)W.w)[q4t_code_byte(o, i & ~1LL, W.n_in)] >> (4 * (i & 1))) & 15u;
+    } else {
+        const uint32_t *row = (const uint32_t *)W.w + o * (W.n_in * W.bits / 32);
+        const int64_t bit = i * W.bits;
+        const int64_t wd = bit >> 5;
+        const int sh = (int)(bit & 31);
+        uint64_t v = row[wd];
+        if (sh + W.bits > 32) v |= (uint64_t)row[wd + 1] << 32;
+        code = (uint32_t)(v >> sh) & ((1u << W.bits) - 1u);
     }
-    const uint32_t *row = (const uint32_t *)W.w + o * (W.n_in * W.bits / 32);
-    const int64_t bit = i * W.bits;
-    const int64_t wd = bit >> 5;
-    const int sh = (int)(bit & 31);
-    uint64_t v = row[wd];
-    if (sh + W.bits > 32) v |= (uint64_t)row[wd + 1] << 32;
-    const uint32_t code = (uint32_t)(v >> sh) & ((1u << W.bits) - 1u);
-    const int64_t g = o * (W.n_in / W.group) + i / W.group;
+    const int64_t g = q4_sb_at(W.tiled, o, i / W.group, W.n_in / W.group);
     const float scale = load_as_f32(W.scales, W.sb_fmt, g), bias = load_as_f32(W.biases, W.sb_fmt, g);
     return __fadd_rn(__fmul_rn(scale, (float)code), bias); /* no FMA: the CPU twin rounds twice */
 }

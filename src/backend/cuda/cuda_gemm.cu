@@ -183,9 +183,9 @@ __global__ void dequant4_kernel(qweight W, __nv_bfloat16 *__restrict__ hi, __nv_
     const uint32_t *codes = (const uint32_t *)W.w;
     for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
         const int64_t o = t / wpr, i0 = (t - o * wpr) * 8;
-        const int64_t g = W.tiled ? q4t_sb_index(o, i0 / W.group, gpr) : o * gpr + i0 / W.group;
+        const int64_t g = q4_sb_at(W.tiled, o, i0 / W.group, gpr);
         const float sc = load_as_f32(W.scales, W.sb_fmt, g), bi = load_as_f32(W.biases, W.sb_fmt, g);
-        const uint32_t u = __ldg(codes + (W.tiled ? q4t_code_byte(o, i0, W.n_in) / 4 : t));
+        const uint32_t u = __ldg(codes + q4_code_byte_at(W.tiled, o, i0, W.n_in) / 4);
         __align__(16) __nv_bfloat16 h[8], l[8];
 #pragma unroll
         for (int e = 0; e < 8; e++) {

@@ -105,7 +105,7 @@ struct wq_lane {
 
 /* Row o's index of group gi's scale (bias), in the weight's order. */
 __device__ __forceinline__ int64_t wq_sb_index(const wq_lane &L, int64_t o, int64_t gi) {
-    return L.tiled ? q4t_sb_index(o, gi, L.gpr) : o * L.gpr + gi;
+    return q4_sb_at(L.tiled, o, gi, L.gpr);
 }
 /* Tile t's words holding its rows' scales and biases (global, L1; 0 past n): w[0], w[1] row lo's, w[2], w[3] row
  * lo + 8's. wq_sb_conv reads the values out of them. */

@@ -41,6 +41,14 @@ __host__ __device__ __forceinline__ int64_t q4t_code_byte(int64_t o, int64_t k, 
 __host__ __device__ __forceinline__ int64_t q4t_sb_index(int64_t o, int64_t gi, int64_t gpr) {
     return (o >> 4) * 16 * gpr + gi * 16 + (o & 7) * 2 + ((o >> 3) & 1);
 }
+/* The same for a 4-bit weight in either order (tiled, else the checkpoint's row-major one): the byte of row o's codes
+ * k, k + 1 (k even), and the index of row o's scale (bias) of group gi. */
+__host__ __device__ __forceinline__ int64_t q4_code_byte_at(int tiled, int64_t o, int64_t k, int64_t K) {
+    return tiled ? q4t_code_byte(o, k, K) : o * (K >> 1) + (k >> 1);
+}
+__host__ __device__ __forceinline__ int64_t q4_sb_at(int tiled, int64_t o, int64_t gi, int64_t gpr) {
+    return tiled ? q4t_sb_index(o, gi, gpr) : o * gpr + gi;
+}
 /* The inverses, for laying a weight out: the row-major byte whose tiled place is byte t (of whole groups of K codes a
  * row), and the row-major index of the scale (bias) whose tiled index is t. tests/unit/backend/test_q4_tiled.c checks
  * that each undoes its reader above. */

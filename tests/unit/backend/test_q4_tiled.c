@@ -1,7 +1,7 @@
 /* test_q4_tiled.c: the CUDA backend's tile order for 4-bit weights (src/backend/cuda/cuda_q4_tiled.cuh) on the host:
  * its readers (q4t_code_byte, q4t_sb_index) and its layout's inverses (q4t_code_src, q4t_sb_src, what pack_weight's
  * kernels use) undo each other over whole weights, so a weight laid out on the GPU is read back as the checkpoint
- * wrote it; and which weights the layout takes. The GPU side (the kernels on tiled weights against the CPU) is
+ * wrote it; the readers of either order; and which weights the layout takes. The GPU side (the kernels on tiled weights against the CPU) is
  * tests/cuda/test_cuda_ops.c. */
 #include <stdlib.h>
 
@@ -69,6 +69,19 @@ static void test_scales_round_trip(void **state) {
     }
 }
 
+/* The either-order readers: the tiled ones, or the checkpoint's row-major places. */
+static void test_either_order(void **state) {
+    (void)state;
+    const int64_t K = 256, gpr = K / 64;
+    for (int64_t o = 0; o < 32; o++)
+        for (int64_t k = 0; k < K; k += 2) {
+            assert_int_equal(q4_code_byte_at(1, o, k, K), q4t_code_byte(o, k, K));
+            assert_int_equal(q4_code_byte_at(0, o, k, K), o * (K / 2) + k / 2);
+            assert_int_equal(q4_sb_at(1, o, k / 64, gpr), q4t_sb_index(o, k / 64, gpr));
+            assert_int_equal(q4_sb_at(0, o, k / 64, gpr), o * gpr + k / 64);
+        }
+}
+
 static void test_rows_and_eligible(void **state) {
     (void)state;
     assert_int_equal(q4t_rows(1), 16);
@@ -94,6 +107,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codes_round_trip),
         cmocka_unit_test(test_scales_round_trip),
+        cmocka_unit_test(test_either_order),
         cmocka_unit_test(test_rows_and_eligible),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
