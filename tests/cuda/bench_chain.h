@@ -1,9 +1,9 @@
 /* bench_chain.h: what the chain benches (bench_persist.cu, bench_ws.cu) share: the start of main and the chain's
  * input, a relaxed flag load, its outputs read back (in op order) and poisoned, the median of REPS event-timed runs
  * (after one more), the bitwise comparison of a mode's outputs with the stream's, the stream's and a graph's runs, and
- * the copy bandwidth (read + write) that the floors divide by; compare_close for a mode of other arithmetic. A chain
- * type C has W[n][2] (qweight), count[n] (weights an op) and y[n][2] (their outputs). Include after cuda_gemv.cuh and
- * bench_weights.h. */
+ * the copy bandwidth (read + write) that the floors divide by; compare_close for a mode of other arithmetic, and
+ * chain_q4_weight, a 4-bit weight of a chain. A chain type C has W[n][2] (qweight), count[n] (weights an op) and
+ * y[n][2] (their outputs). Include after cuda_gemv.cuh and bench_weights.h. */
 #ifndef QUILL_BENCH_CHAIN_H
 #define QUILL_BENCH_CHAIN_H
 
@@ -140,6 +140,22 @@ static void stream_and_graph(const C &c, int n_ops, cudaStream_t st, R run, std:
     CK(cudaGraphLaunch(exec, st));
     compare("graph", *ref, outputs(c, n_ops));
     *t_graph = time_median(st, [&] { CK(cudaGraphLaunch(exec, st)); });
+}
+
+/* A chain's 4-bit g64 weight: random codes, read in the tile order as the model's are (cuda_q4_tiled.cuh), and scales
+ * and biases small enough that 32 ops in a row keep the values finite; *bytes grows by its codes, scales and biases. */
+static qweight chain_q4_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
+    qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64, 1};
+    const size_t wb = (size_t)(n_out * K) / 2, sb = (size_t)(n_out * (K / 64)) * 2;
+    CK(cudaMalloc(&q.w, wb));
+    CK(cudaMalloc(&q.scales, sb));
+    CK(cudaMalloc(&q.biases, sb));
+    fill_words<<<2048, 256>>>((uint32_t *)q.w, wb / 4, seed);
+    fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.scales, sb / 2, seed + 1, 0.004f, 0.002f);
+    fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.biases, sb / 2, seed + 2, -0.03f, 0.004f);
+    CK(cudaGetLastError());
+    *bytes += wb + 2 * sb;
+    return q;
 }
 
 /* Bytes a second of a 1 GiB device-to-device copy, read + write. */

@@ -205,21 +205,6 @@ __global__ void __launch_bounds__(GT_THREADS, AH_BLOCKS) ahead_kernel(const __gr
 }
 
 /* ---- the chain's ops ------------------------------------------------------------------------------- */
-static qweight one_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
-    qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64, 0};
-    const size_t wb = (size_t)(n_out * K) / 2, sb = (size_t)(n_out * (K / 64)) * 2;
-    CK(cudaMalloc(&q.w, wb));
-    CK(cudaMalloc(&q.scales, sb));
-    CK(cudaMalloc(&q.biases, sb));
-    fill_words<<<2048, 256>>>((uint32_t *)q.w, wb / 4, seed);
-    /* scales and biases small enough that 32 ops in a row keep the values finite */
-    fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.scales, sb / 2, seed + 1, 0.004f, 0.002f);
-    fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.biases, sb / 2, seed + 2, -0.03f, 0.004f);
-    CK(cudaGetLastError());
-    *bytes += wb + 2 * sb;
-    q.tiled = 1; /* random codes, read in the tile order as the model's are (cuda_q4_tiled.cuh) */
-    return q;
-}
 
 struct chain {
     qweight W[N_OPS][2];
@@ -242,7 +227,7 @@ static void build(chain &c, const float *x0) {
         for (int k = 0; k < OPS_PER_LAYER; k++) {
             c.count[o + k] = k == 2 ? 2 : 1;
             for (int j = 0; j < c.count[o + k]; j++) {
-                c.W[o + k][j] = one_weight(shape[k][0], shape[k][1], seed + 10 * k + 5 * j, &c.bytes);
+                c.W[o + k][j] = chain_q4_weight(shape[k][0], shape[k][1], seed + 10 * k + 5 * j, &c.bytes);
                 CK(cudaMalloc(&c.y[o + k][j], (size_t)shape[k][0] * sizeof(float)));
                 pf = std::max(pf, gemv_tc_part_floats(&c.W[o + k][j], 1));
                 tk = std::max(tk, gemv_tc_ticks(&c.W[o + k][j], 1, 1, 0));

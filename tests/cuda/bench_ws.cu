@@ -296,24 +296,16 @@ __global__ void __launch_bounds__((WS_CW + 1) * 32, 1) ws_kernel(const __grid_co
 }
 
 /* ---- the chain --------------------------------------------------------------------------------------------- */
-/* A weight of the chain: |y| ~ |x| so that 32 ops in a row stay finite. bf16: uniform of scale 1.7 / sqrt(K). 4-bit:
- * random codes in the decode path's tile order (cuda_q4_tiled.cuh), small scales and biases (bench_persist's). */
+/* A weight of the chain: |y| ~ |x| so that 32 ops in a row stay finite. 4-bit: bench_chain.h's chain_q4_weight. bf16:
+ * uniform of scale 1.7 / sqrt(K). */
 static qweight one_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
-    qweight q = {WS_Q ? QW_AFFINE : QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, WS_Q ? 4 : 0, WS_Q, 0};
-    const size_t wb = (size_t)(n_out * K) * (WS_Q ? 1 : 4) / 2, sb = WS_Q ? (size_t)(n_out * (K / 64)) * 2 : 0;
+    if (WS_Q) return chain_q4_weight(n_out, K, seed, bytes);
+    qweight q = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0};
+    const size_t wb = (size_t)(n_out * K) * 2;
     CK(cudaMalloc(&q.w, wb));
-    if (WS_Q) {
-        CK(cudaMalloc(&q.scales, sb));
-        CK(cudaMalloc(&q.biases, sb));
-        fill_words<<<2048, 256>>>((uint32_t *)q.w, wb / 4, seed);
-        fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.scales, sb / 2, seed + 1, 0.004f, 0.002f);
-        fill_bf16<<<1024, 256>>>((__nv_bfloat16 *)q.biases, sb / 2, seed + 2, -0.03f, 0.004f);
-        q.tiled = 1;
-    } else {
-        fill_bf16<<<2048, 256>>>((__nv_bfloat16 *)q.w, (size_t)(n_out * K), seed, 0.0f, 1.7f / sqrtf((float)K));
-    }
+    fill_bf16<<<2048, 256>>>((__nv_bfloat16 *)q.w, (size_t)(n_out * K), seed, 0.0f, 1.7f / sqrtf((float)K));
     CK(cudaGetLastError());
-    *bytes += wb + 2 * sb;
+    *bytes += wb;
     return q;
 }
 
