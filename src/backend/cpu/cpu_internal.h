@@ -24,6 +24,7 @@ typedef struct cpu_backend {
     size_t scratch_stride;
     int64_t *index;    /* owned; host index arrays (seq prefix sums), [index_cap] */
     size_t index_cap;
+    int avx2;          /* the matmul takes cpu_simd.c's AVX2 forms (cpu_simd_avx2 at create) */
 } cpu_backend;
 
 static inline cpu_backend *cpu_impl(qbackend *be) { return (cpu_backend *)be->impl; }
@@ -139,6 +140,15 @@ float cpu_load_elem(const void *base, qwfmt fmt, int64_t i);
 qstatus cpu_weight_check(const qweight *W, const char *what);
 /* dst[0..n_in) = row o of W, dequantized to f32. */
 void cpu_weight_row(const qweight *W, int64_t o, float *dst);
+
+/* cpu_simd.c: AVX2 forms with the scalar forms' bits. cpu_simd_avx2: 1 where the CPU has AVX2 and
+ * QUILL_CPU_SIMD is not "0". cpu_weight_row_avx2 returns 0, writing nothing, for the formats it does not
+ * take (it takes BF16 with n_in % 8 == 0 and 4- or 8-bit AFFINE). */
+int cpu_simd_avx2(void);
+void cpu_dot4_avx2(const float *a, const float *b0, const float *b1, const float *b2, const float *b3,
+                   int64_t n, float out[4]);
+float cpu_dot_avx2(const float *a, const float *b, int64_t n);
+int cpu_weight_row_avx2(const qweight *W, int64_t o, float *dst);
 
 /* The ops (one file per concern). */
 qstatus cpu_embed(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y);

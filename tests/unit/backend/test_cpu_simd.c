@@ -1,0 +1,201 @@
+/* test_cpu_simd.c: cpu_simd.c's AVX2 forms give the scalar forms' bits: the dots for every length
+ * 0..77 (tails included) on values with infinities, subnormals and signed zeros among them; weight rows
+ * of every layout they take (BF16 rows of all 65,536 bit patterns; 4- and 8-bit AFFINE with F32, F16
+ * and BF16 scales, groups 32 to 128, random bytes as codes); and the whole matmul of a backend with
+ * QUILL_CPU_SIMD=0 against one without, for every weight format and 1, 5 and 19 input rows. NaNs
+ * compare as NaNs (which operand's payload an add keeps is the compiler's choice of operand order).
+ * Skipped where the CPU has no AVX2: there the matmul never takes these forms. */
+#include <math.h>
+#include <stdio.h>
+
+#include "backend_test_util.h"
+#include "backend/cpu/cpu_internal.h"
+
+static int same_value(float a, float b) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    return !memcmp(&a, &b, sizeof a);
+}
+
+static void assert_same_values(const float *a, const float *b, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (!same_value(a[i], b[i])) fail_msg("%s: element %lld: %a vs %a", what, (long long)i, (double)a[i], (double)b[i]);
+}
+
+static void require_avx2(void) {
+    if (!cpu_simd_avx2()) {
+        printf("# no AVX2 on this CPU (or QUILL_CPU_SIMD=0): the matmul keeps the scalar forms\n");
+        skip();
+    }
+}
+
+/* Mostly values in [-1, 1], with an infinity, a NaN, a subnormal, a signed zero or a huge value
+ * now and then, so that the rounding and the special cases are both exercised. */
+static float odd_value(trng *r) {
+    uint64_t k = trng_next(r) % 64;
+    switch (k) {
+    case 0: return INFINITY;
+    case 1: return -INFINITY;
+    case 2: return NAN;
+    case 3: return ldexpf(1.0f, -140);
+    case 4: return -0.0f;
+    case 5: return 3e38f;
+    default: return trng_unif(r, -1, 1);
+    }
+}
+
+static void test_dots(void **state) {
+    (void)state;
+    require_avx2();
+    trng r = {41};
+    enum { N = 77 };
+    float a[N], b[4][N];
+    for (int rep = 0; rep < 40; rep++) {
+        for (int i = 0; i < N; i++) {
+            a[i] = rep % 2 ? odd_value(&r) : trng_unif(&r, -1, 1);
+            for (int k = 0; k < 4; k++) b[k][i] = rep % 4 == 3 ? odd_value(&r) : trng_unif(&r, -2, 2);
+        }
+        for (int n = 0; n <= N; n++) {
+            float want[4], got[4];
+            cpu_dot4(a, b[0], b[1], b[2], b[3], n, want);
+            cpu_dot4_avx2(a, b[0], b[1], b[2], b[3], n, got);
+            assert_same_values(got, want, 4, "dot4");
+            for (int k = 0; k < 4; k++) {
+                float one = cpu_dot_avx2(a, b[k], n);
+                assert_true(same_value(one, cpu_dot(a, b[k], n)));
+            }
+        }
+    }
+}
+
+static void test_bf16_rows(void **state) {
+    (void)state;
+    require_avx2();
+    uint16_t *w = tcalloc(65536, sizeof *w);
+    for (uint32_t h = 0; h < 65536; h++) w[h] = (uint16_t)h;
+    qweight W = {.fmt = QW_BF16, .n_out = 256, .n_in = 256, .w = w};
+    float *want = tfloats(256), *got = tfloats(256);
+    for (int64_t o = 0; o < W.n_out; o++) {
+        cpu_weight_row(&W, o, want);
+        assert_int_equal(cpu_weight_row_avx2(&W, o, got), 1);
+        assert_bits_equal(got, want, 256); /* a shift: NaNs keep their payloads too */
+    }
+    W.n_in = 100; /* not a multiple of 8: not taken */
+    assert_int_equal(cpu_weight_row_avx2(&W, 0, got), 0);
+    free(w);
+    free(want);
+    free(got);
+}
+
+/* Scales and biases of format f: random bits around [lo, hi], now and then an odd value. */
+static void *make_sb(trng *r, qwfmt f, int64_t n, float lo, float hi) {
+    void *p = tcalloc((size_t)n, qwfmt_elem_bytes(f));
+    for (int64_t i = 0; i < n; i++) {
+        float v = trng_next(r) % 50 == 0 ? odd_value(r) : trng_unif(r, lo, hi);
+        uint32_t u;
+        memcpy(&u, &v, sizeof u);
+        if (f == QW_F32) ((float *)p)[i] = v;
+        else if (f == QW_BF16) ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
+        else ((uint16_t *)p)[i] = (uint16_t)(0x2000 + trng_next(r) % 0x5000) | (trng_next(r) & 1 ? 0x8000 : 0);
+    }
+    return p;
+}
+
+static void make_affine(trng *r, int64_t n_out, int64_t n_in, int bits, int group, qwfmt sb, qweight *W) {
+    int64_t bytes = n_out * n_in * bits / 8, n_groups = n_out * (n_in / group);
+    unsigned char *w = tcalloc((size_t)bytes, 1);
+    for (int64_t i = 0; i < bytes; i++) w[i] = (unsigned char)trng_next(r);
+    *W = (qweight){.fmt = QW_AFFINE, .n_out = n_out, .n_in = n_in, .w = w, .sb_fmt = sb, .bits = bits,
+                   .group = group};
+    W->scales = make_sb(r, sb, n_groups, 0.001f, 0.2f);
+    W->biases = make_sb(r, sb, n_groups, -0.5f, 0.5f);
+}
+
+static void free_weight(qweight *W) {
+    free(W->w);
+    free(W->scales);
+    free(W->biases);
+}
+
+static void test_affine_rows(void **state) {
+    (void)state;
+    require_avx2();
+    trng r = {42};
+    const qwfmt sbs[3] = {QW_F32, QW_F16, QW_BF16};
+    const int groups[3] = {32, 64, 128};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int s = 0; s < 3; s++)
+            for (int g = 0; g < 3; g++) {
+                qweight W;
+                make_affine(&r, 9, 384, bits, groups[g], sbs[s], &W);
+                float want[384], got[384];
+                for (int64_t o = 0; o < W.n_out; o++) {
+                    cpu_weight_row(&W, o, want);
+                    assert_int_equal(cpu_weight_row_avx2(&W, o, got), 1);
+                    char what[64];
+                    snprintf(what, sizeof what, "%d-bit row %lld, group %d, sb %d", bits, (long long)o, groups[g], s);
+                    assert_same_values(got, want, 384, what);
+                }
+                free_weight(&W);
+            }
+    qweight W;
+    make_affine(&r, 2, 64, 3, 32, QW_BF16, &W); /* 3 bits: not taken */
+    float row[64];
+    assert_int_equal(cpu_weight_row_avx2(&W, 0, row), 0);
+    free_weight(&W);
+}
+
+/* A backend made with QUILL_CPU_SIMD=0 and one made without it: the same matmul bits. */
+static void test_matmul_with_and_without(void **state) {
+    (void)state;
+    require_avx2();
+    setenv("QUILL_CPU_SIMD", "0", 1);
+    qbackend *scalar = tbackend(2);
+    unsetenv("QUILL_CPU_SIMD");
+    qbackend *simd = tbackend(2);
+    assert_false(cpu_impl(scalar)->avx2);
+    assert_true(cpu_impl(simd)->avx2);
+    trng r = {43};
+    for (int f = 0; f < 6; f++) {
+        qweight W;
+        const int64_t n_out = 37, n_in = f < 3 ? 203 : 256;
+        if (f < 3) {
+            const qwfmt fmt = (qwfmt[]){QW_F32, QW_F16, QW_BF16}[f];
+            W = (qweight){.fmt = fmt, .n_out = n_out, .n_in = n_in};
+            W.w = tcalloc((size_t)(n_out * n_in), qwfmt_elem_bytes(fmt));
+            for (int64_t i = 0; i < n_out * n_in; i++) {
+                float v = trng_unif(&r, -1, 1);
+                uint32_t u;
+                memcpy(&u, &v, sizeof u);
+                if (fmt == QW_F32) ((float *)W.w)[i] = v;
+                else ((uint16_t *)W.w)[i] = fmt == QW_BF16 ? (uint16_t)(u >> 16) : (uint16_t)(0x2000 + u % 0x1800);
+            }
+        } else {
+            make_affine(&r, n_out, n_in, (int[]){3, 4, 8}[f - 3], 64, QW_BF16, &W);
+        }
+        for (int n = 1; n <= 19; n += n == 1 ? 4 : 14) {
+            float *x = tfloats(n * n_in), *y0 = tfloats(n * n_out), *y1 = tfloats(n * n_out);
+            trng_fill(&r, x, n * n_in, -1, 1);
+            assert_ok(scalar->ops->matmul(scalar, x, n, &W, y0));
+            assert_ok(simd->ops->matmul(simd, x, n, &W, y1));
+            assert_bits_equal(y1, y0, n * n_out);
+            free(x);
+            free(y0);
+            free(y1);
+        }
+        if (f < 3) free(W.w);
+        else free_weight(&W);
+    }
+    scalar->ops->destroy(scalar);
+    simd->ops->destroy(simd);
+}
+
+int main(void) {
+    unsetenv("QUILL_CPU_SIMD");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dots),
+        cmocka_unit_test(test_bf16_rows),
+        cmocka_unit_test(test_affine_rows),
+        cmocka_unit_test(test_matmul_with_and_without),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
