@@ -186,7 +186,7 @@ qstatus cpu_backend_create(int n_threads, qbackend **out) {
         return q_wrap(st, "cpu backend");
     }
     cb->n_threads = q_pool_size(cb->pool);
-    cb->avx2 = cpu_simd_avx2();
+    cb->simd = cpu_simd_level();
     *out = be;
     return Q_OK;
 }

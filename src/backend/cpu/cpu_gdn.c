@@ -115,8 +115,9 @@ void cpu_gdn_load_qk(const cpu_gdn_args *a, int64_t r, int hk, int which, float 
 }
 
 /* One value head of one seq, token by token (S f32; with dims.state_bf16 rounded to bf16 after every token, as
- * storing it would). scratch: q[dk], k[dk], kv[dv]. */
-static void recurrent_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+ * storing it would). scratch: q[dk], k[dk], kv[dv]. Compiled for each instruction set below (elementwise
+ * loops: the same bits at any vector width). */
+CPU_FORCE_INLINE void recurrent_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
     const qgdn_dims *d = &a->dims;
     const int dk = d->k_dim, dv = d->v_dim, Hv = d->n_v_heads;
     const int hk = h / (Hv / d->n_k_heads);
@@ -146,6 +147,27 @@ static void recurrent_head(const cpu_gdn_args *a, const qseq *sq, int h, float *
     }
 }
 
+static void recurrent_head_plain(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+    recurrent_head(a, sq, h, S, scratch);
+}
+#ifdef CPU_TARGET_AVX2
+static CPU_TARGET_AVX2 void recurrent_head_avx2(const cpu_gdn_args *a, const qseq *sq, int h, float *S,
+                                                float *scratch) {
+    recurrent_head(a, sq, h, S, scratch);
+}
+#endif
+
+static void recurrent_head_simd(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+#ifdef CPU_TARGET_AVX2
+    if (simd >= CPU_SIMD_AVX2) {
+        recurrent_head_avx2(a, sq, h, S, scratch);
+        return;
+    }
+#endif
+    (void)simd;
+    recurrent_head_plain(a, sq, h, S, scratch);
+}
+
 typedef struct gd_job {
     cpu_backend *cb;
     cpu_gdn_args args;
@@ -168,8 +190,8 @@ static void gd_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
         float *Sh = bf16 ? Sf : j->S[s] + h * head_floats;
         if (bf16)
             for (int64_t i = 0; i < head_floats; i++) Sf[i] = cpu_bf16_to_f32(Sb[i]);
-        if (sq->chunked) cpu_gdn_chunked_head(&j->args, sq, h, Sh, scratch);
-        else recurrent_head(&j->args, sq, h, Sh, scratch);
+        if (sq->chunked) cpu_gdn_chunked_head(j->cb->simd, &j->args, sq, h, Sh, scratch);
+        else recurrent_head_simd(j->cb->simd, &j->args, sq, h, Sh, scratch);
         if (bf16) /* exact: the rule left every value a bf16 */
             for (int64_t i = 0; i < head_floats; i++) Sb[i] = cpu_f32_to_bf16(Sf[i]);
     }

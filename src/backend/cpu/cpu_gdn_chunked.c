@@ -32,7 +32,7 @@ size_t cpu_gdn_chunked_scratch(qgdn_dims d) {
 static float decay(double x) { return expf((float)x); }
 
 /* V'_i = U_i - W_i S for rows i < L, in place in U; V is free by now and holds W_i S. */
-static void apply_state(const float *W, const float *S, int L, int dk, int dv, float *V, float *U) {
+CPU_FORCE_INLINE void apply_state(const float *W, const float *S, int L, int dk, int dv, float *V, float *U) {
     for (int i = 0; i < L; i++) {
         float *acc = V + (int64_t)i * dv, *u = U + (int64_t)i * dv;
         const float *w = W + (int64_t)i * dk;
@@ -42,7 +42,9 @@ static void apply_state(const float *W, const float *S, int L, int dk, int dv, f
     }
 }
 
-void cpu_gdn_chunked_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+/* The rule's body, compiled once for each instruction set below: its loops are cpu_axpy / cpu_scale
+ * (elementwise) and cpu_dot (8 lanes and a fixed tree), which compute the same bits at any vector width. */
+CPU_FORCE_INLINE void chunked_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
     const qgdn_dims *d = &a->dims;
     const int C = CPU_GDN_CHUNK, dk = d->k_dim, dv = d->v_dim, Hv = d->n_v_heads;
     const int hk = h / (Hv / d->n_k_heads);
@@ -110,4 +112,24 @@ void cpu_gdn_chunked_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S
         if (d->state_bf16) cpu_round_bf16(S, (int64_t)dk * dv); /* where a cut at this chunk would store it */
         t += L;
     }
+}
+
+static void chunked_head_plain(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+    chunked_head(a, sq, h, S, scratch);
+}
+#ifdef CPU_TARGET_AVX2
+static CPU_TARGET_AVX2 void chunked_head_avx2(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+    chunked_head(a, sq, h, S, scratch);
+}
+#endif
+
+void cpu_gdn_chunked_head(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+#ifdef CPU_TARGET_AVX2
+    if (simd >= CPU_SIMD_AVX2) {
+        chunked_head_avx2(a, sq, h, S, scratch);
+        return;
+    }
+#endif
+    (void)simd;
+    chunked_head_plain(a, sq, h, S, scratch);
 }

@@ -24,7 +24,7 @@ typedef struct cpu_backend {
     size_t scratch_stride;
     int64_t *index;    /* owned; host index arrays (seq prefix sums), [index_cap] */
     size_t index_cap;
-    int avx2;          /* the matmul takes cpu_simd.c's AVX2 forms (cpu_simd_avx2 at create) */
+    int simd;          /* CPU_SIMD_*: which of cpu_simd.c's forms the matmul takes (cpu_simd_level at create) */
 } cpu_backend;
 
 static inline cpu_backend *cpu_impl(qbackend *be) { return (cpu_backend *)be->impl; }
@@ -133,22 +133,49 @@ static inline void cpu_round_bf16(float *x, int64_t n) {
 /* IEEE binary16 -> binary32, exact for every input (subnormals, inf, nan payloads). */
 float cpu_f16_to_f32(uint16_t h);
 
-/* Element i of an F32/F16/BF16 array (unaligned storage is fine). */
-float cpu_load_elem(const void *base, qwfmt fmt, int64_t i);
+/* Element i of an F32/F16/BF16 array (unaligned storage is fine). Inline: the affine rows call it
+ * twice a group. */
+static inline float cpu_load_elem(const void *base, qwfmt fmt, int64_t i) {
+    const unsigned char *p = base;
+    switch (fmt) {
+    case QW_F32: {
+        float f;
+        memcpy(&f, p + i * 4, sizeof f);
+        return f;
+    }
+    case QW_F16: return cpu_f16_to_f32(cpu_load_u16(p + i * 2));
+    case QW_BF16: return cpu_bf16_to_f32(cpu_load_u16(p + i * 2));
+    case QW_AFFINE:
+    case QW_Q8: break;
+    }
+    return 0.0f; /* unreachable after cpu_weight_check */
+}
 
 /* Checks a weight's format, shape and pointers; names `what` in the message. */
 qstatus cpu_weight_check(const qweight *W, const char *what);
 /* dst[0..n_in) = row o of W, dequantized to f32. */
 void cpu_weight_row(const qweight *W, int64_t o, float *dst);
 
-/* cpu_simd.c: AVX2 forms with the scalar forms' bits. cpu_simd_avx2: 1 where the CPU has AVX2 and
- * QUILL_CPU_SIMD is not "0". cpu_weight_row_avx2 returns 0, writing nothing, for the formats it does not
- * take (it takes BF16 with n_in % 8 == 0 and 4- or 8-bit AFFINE). */
-int cpu_simd_avx2(void);
+/* cpu_simd.c: AVX2 and AVX-512 forms with the scalar forms' bits. cpu_simd_level: the widest the CPU
+ * has, capped by QUILL_CPU_SIMD ("0": none, "avx2"). cpu_weight_row_simd returns 0, writing nothing, for
+ * the layouts it does not take (it takes BF16 with n_in % 8 == 0 and 4- or 8-bit AFFINE). */
+enum { CPU_SIMD_NONE = 0, CPU_SIMD_AVX2 = 1, CPU_SIMD_AVX512 = 2 };
+/* For code compiled once an instruction set from one always-inline body (the target may widen the
+ * vectors; it adds no FMA, and C11 mode does not contract, so the bits stay the plain build's). */
+#define CPU_FORCE_INLINE static inline __attribute__((always_inline))
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CPU_TARGET_AVX2 __attribute__((target("avx2")))
+#endif
+int cpu_simd_level(void);
 void cpu_dot4_avx2(const float *a, const float *b0, const float *b1, const float *b2, const float *b3,
                    int64_t n, float out[4]);
 float cpu_dot_avx2(const float *a, const float *b, int64_t n);
-int cpu_weight_row_avx2(const qweight *W, int64_t o, float *dst);
+int cpu_weight_row_simd(int level, const qweight *W, int64_t o, float *dst);
+/* cpu_simd_pairs.c: with CPU_SIMD_AVX512, the matmul's weight rows [begin, end) for the n input rows
+ * of x, where cpu_pairs_take(W); scratch: 16 * n_in floats. */
+int cpu_pairs_take(const qweight *W);
+void cpu_matmul_pairs(const qweight *W, const float *x, int n, float *y, int64_t begin, int64_t end,
+                      float *scratch);
 
 /* The ops (one file per concern). */
 qstatus cpu_embed(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y);
@@ -195,8 +222,8 @@ void cpu_gdn_load_qk(const cpu_gdn_args *a, int64_t r, int hk, int which, float 
 /* Scratch floats one thread needs for the chunked rule. */
 size_t cpu_gdn_chunked_scratch(qgdn_dims d);
 /* Runs value head h of seq sq through the chunked rule, updating S_h [dk][dv] (f32; with dims.state_bf16 rounded
- * to bf16 after every chunk). */
-void cpu_gdn_chunked_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S_h, float *scratch);
+ * to bf16 after every chunk); simd (CPU_SIMD_*) picks the instruction set, not the bits. */
+void cpu_gdn_chunked_head(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S_h, float *scratch);
 
 /* Checks a list of seqs (n_rows >= 0, pos0 >= 0, row0 >= 0) and fills prefix[s] = rows of seqs
  * before s (prefix[n_seqs] = total). `op` names the caller in messages. */

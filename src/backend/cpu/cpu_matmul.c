@@ -5,7 +5,8 @@
  * computes y[r][o] = cpu_dot(x[r], w[o]) for the block (four at a time by cpu_dot4, which is
  * bit-identical to cpu_dot); f32 weights are read in place. The block only keeps the dequantized
  * rows hot across the input rows; it changes no arithmetic. Where the CPU has AVX2 both steps take
- * cpu_simd.c's forms, which compute the same bits.
+ * cpu_simd.c's forms; with AVX-512, cpu_simd_pairs.c takes the whole range for the formats it takes.
+ * Both compute the same bits.
  * Layout: x [n][n_in], y [n][n_out], W [n_out][n_in] (backend.h). Embed: y [n][n_in].
  * Invariants: y[r][o] is one cpu_dot over n_in in a fixed order, computed whole by one thread.
  * EXACT(batch): a row's outputs are bit-identical whatever n and the thread count;
@@ -30,7 +31,11 @@ static void mm_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
     const qweight *W = j->W;
     const int64_t n_in = W->n_in, n_out = W->n_out;
     float *scratch = cpu_scratch_at(j->cb, thread_index);
-    const int avx2 = j->cb->avx2;
+    const int simd = j->cb->simd;
+    if (simd >= CPU_SIMD_AVX512 && cpu_pairs_take(W)) {
+        cpu_matmul_pairs(W, j->x, j->n, j->y, begin, end, scratch);
+        return;
+    }
     const float *rows[MM_BLOCK];
     for (int64_t o0 = begin; o0 < end; o0 += MM_BLOCK) {
         int nb = (int)(end - o0 < MM_BLOCK ? end - o0 : MM_BLOCK);
@@ -38,7 +43,7 @@ static void mm_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
             if (W->fmt == QW_F32) {
                 rows[b] = (const float *)W->w + (o0 + b) * n_in;
             } else {
-                if (!avx2 || !cpu_weight_row_avx2(W, o0 + b, scratch + (int64_t)b * n_in))
+                if (!cpu_weight_row_simd(simd, W, o0 + b, scratch + (int64_t)b * n_in))
                     cpu_weight_row(W, o0 + b, scratch + (int64_t)b * n_in);
                 rows[b] = scratch + (int64_t)b * n_in;
             }
@@ -47,7 +52,7 @@ static void mm_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
             const float *xr = j->x + (int64_t)r * n_in;
             float *yr = j->y + (int64_t)r * n_out + o0;
             int b = 0;
-            if (avx2) {
+            if (simd >= CPU_SIMD_AVX2) {
                 for (; b + 4 <= nb; b += 4)
                     cpu_dot4_avx2(xr, rows[b], rows[b + 1], rows[b + 2], rows[b + 3], n_in, yr + b);
                 for (; b < nb; b++) yr[b] = cpu_dot_avx2(xr, rows[b], n_in);

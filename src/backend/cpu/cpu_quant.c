@@ -35,22 +35,6 @@ float cpu_f16_to_f32(uint16_t h) {
     return cpu_bits_to_f32(bits);
 }
 
-float cpu_load_elem(const void *base, qwfmt fmt, int64_t i) {
-    const unsigned char *p = base;
-    switch (fmt) {
-    case QW_F32: {
-        float f;
-        memcpy(&f, p + i * 4, sizeof f);
-        return f;
-    }
-    case QW_F16: return cpu_f16_to_f32(cpu_load_u16(p + i * 2));
-    case QW_BF16: return cpu_bf16_to_f32(cpu_load_u16(p + i * 2));
-    case QW_AFFINE:
-    case QW_Q8: break;
-    }
-    return 0.0f; /* unreachable after cpu_weight_check */
-}
-
 static int plain_fmt(qwfmt f) { return f == QW_F32 || f == QW_F16 || f == QW_BF16; }
 
 qstatus cpu_weight_check(const qweight *W, const char *what) {

@@ -16,14 +16,18 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-int cpu_simd_avx2(void) {
-    const char *env = getenv("QUILL_CPU_SIMD");
-    if (env && !strcmp(env, "0")) return 0;
+int cpu_simd_level(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") ? 1 : 0;
+    int level = !__builtin_cpu_supports("avx2") ? CPU_SIMD_NONE
+                : !__builtin_cpu_supports("avx512f") ? CPU_SIMD_AVX2 : CPU_SIMD_AVX512;
+    const char *env = getenv("QUILL_CPU_SIMD");
+    if (env && !strcmp(env, "0")) level = CPU_SIMD_NONE;
+    if (env && !strcmp(env, "avx2") && level > CPU_SIMD_AVX2) level = CPU_SIMD_AVX2;
+    return level;
 }
 
 #define AVX2 __attribute__((target("avx2")))
+#define AVX512 __attribute__((target("avx512f")))
 
 /* The tail and the tree of cpu_dot, on the 8 lanes stored from a vector accumulator. */
 static inline float lanes_tail_tree(float s[8], const float *a, const float *b, int64_t i, int64_t n) {
@@ -74,7 +78,7 @@ static inline AVX2 __m256i codes8(const unsigned char *blk, int bits) {
     return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)v), shifts), _mm256_set1_epi32(15));
 }
 
-AVX2 int cpu_weight_row_avx2(const qweight *W, int64_t o, float *dst) {
+static AVX2 int weight_row_avx2(const qweight *W, int64_t o, float *dst) {
     const int64_t n_in = W->n_in;
     if (W->fmt == QW_BF16) {
         if (n_in % 8) return 0;
@@ -104,16 +108,62 @@ AVX2 int cpu_weight_row_avx2(const qweight *W, int64_t o, float *dst) {
     return 1;
 }
 
+/* 16 codes of `bits` (4 or 8) bits from p, as int32 lanes 0..15: lanes 0..7 from the first 4 bytes
+ * (4 bits), 8..15 from the next 4, each split as codes8 splits its word. */
+static inline AVX512 __m512i codes16(const unsigned char *p, int bits) {
+    if (bits == 8) return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    long long v;
+    memcpy(&v, p, sizeof v);
+    const __m512i words = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    __m512i w = _mm512_permutexvar_epi32(words, _mm512_castsi128_si512(_mm_cvtsi64_si128(v)));
+    return _mm512_and_si512(_mm512_srlv_epi32(w, shifts), _mm512_set1_epi32(15));
+}
+
+/* The AVX2 row's arithmetic 16 elements at a time (it is elementwise: no lane order to keep). */
+static AVX512 int weight_row_avx512(const qweight *W, int64_t o, float *dst) {
+    const int64_t n_in = W->n_in;
+    if (W->fmt == QW_BF16) {
+        if (n_in % 16) return 0;
+        const unsigned char *p = (const unsigned char *)W->w + o * n_in * 2;
+        for (int64_t i = 0; i < n_in; i += 16) {
+            __m256i h = _mm256_loadu_si256((const __m256i *)(p + i * 2));
+            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(u));
+        }
+        return 1;
+    }
+    if (W->fmt != QW_AFFINE || (W->bits != 4 && W->bits != 8) || W->group % 16) return 0;
+    const int bits = W->bits, group = W->group;
+    const int64_t n_groups = n_in / group;
+    const unsigned char *p = (const unsigned char *)W->w + o * (n_in * bits / 8);
+    for (int64_t gi = 0; gi < n_groups; gi++) {
+        __m512 scale = _mm512_set1_ps(cpu_load_elem(W->scales, W->sb_fmt, o * n_groups + gi));
+        __m512 bias = _mm512_set1_ps(cpu_load_elem(W->biases, W->sb_fmt, o * n_groups + gi));
+        for (int k = 0; k < group * bits / 8; k += 64) _mm_prefetch((const char *)p + k + 1024, _MM_HINT_T0);
+        for (int i = 0; i < group; i += 16, p += 2 * bits, dst += 16) {
+            __m512 c = _mm512_cvtepi32_ps(codes16(p, bits));
+            _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_mul_ps(scale, c), bias));
+        }
+    }
+    return 1;
+}
+
+int cpu_weight_row_simd(int level, const qweight *W, int64_t o, float *dst) {
+    if (level >= CPU_SIMD_AVX512 && weight_row_avx512(W, o, dst)) return 1;
+    return level >= CPU_SIMD_AVX2 && weight_row_avx2(W, o, dst);
+}
+
 #else /* not x86-64 with GNU C: the scalar forms everywhere */
 
-int cpu_simd_avx2(void) { return 0; }
+int cpu_simd_level(void) { return CPU_SIMD_NONE; }
 void cpu_dot4_avx2(const float *a, const float *b0, const float *b1, const float *b2, const float *b3, int64_t n,
                    float out[4]) {
     cpu_dot4(a, b0, b1, b2, b3, n, out);
 }
 float cpu_dot_avx2(const float *a, const float *b, int64_t n) { return cpu_dot(a, b, n); }
-int cpu_weight_row_avx2(const qweight *W, int64_t o, float *dst) {
-    (void)W, (void)o, (void)dst;
+int cpu_weight_row_simd(int level, const qweight *W, int64_t o, float *dst) {
+    (void)level, (void)W, (void)o, (void)dst;
     return 0;
 }
 

@@ -2,9 +2,11 @@
  * 0..77 (tails included) on values with infinities, subnormals and signed zeros among them; weight rows
  * of every layout they take (BF16 rows of all 65,536 bit patterns; 4- and 8-bit AFFINE with F32, F16
  * and BF16 scales, groups 32 to 128, random bytes as codes); and the whole matmul of a backend with
- * QUILL_CPU_SIMD=0 against one without, for every weight format and 1, 5 and 19 input rows. NaNs
+ * QUILL_CPU_SIMD=0 against one without, for every weight format and 1, 5 and 19 input rows, and its gated
+ * delta rule, chunked and recurrent. NaNs
  * compare as NaNs (which operand's payload an add keeps is the compiler's choice of operand order).
- * Skipped where the CPU has no AVX2: there the matmul never takes these forms. */
+ * Every level the CPU has is checked (AVX2, AVX-512); skipped where it has no AVX2, as the matmul then
+ * never takes these forms. */
 #include <math.h>
 #include <stdio.h>
 
@@ -22,7 +24,7 @@ static void assert_same_values(const float *a, const float *b, int64_t n, const 
 }
 
 static void require_avx2(void) {
-    if (!cpu_simd_avx2()) {
+    if (cpu_simd_level() < CPU_SIMD_AVX2) {
         printf("# no AVX2 on this CPU (or QUILL_CPU_SIMD=0): the matmul keeps the scalar forms\n");
         skip();
     }
@@ -74,13 +76,20 @@ static void test_bf16_rows(void **state) {
     for (uint32_t h = 0; h < 65536; h++) w[h] = (uint16_t)h;
     qweight W = {.fmt = QW_BF16, .n_out = 256, .n_in = 256, .w = w};
     float *want = tfloats(256), *got = tfloats(256);
+    for (int level = CPU_SIMD_AVX2; level <= cpu_simd_level(); level++)
+        for (int64_t o = 0; o < W.n_out; o++) {
+            cpu_weight_row(&W, o, want);
+            assert_int_equal(cpu_weight_row_simd(level, &W, o, got), 1);
+            assert_bits_equal(got, want, 256); /* a shift: NaNs keep their payloads too */
+        }
+    W.n_in = 100; /* not a multiple of 8: not taken */
+    assert_int_equal(cpu_weight_row_simd(cpu_simd_level(), &W, 0, got), 0);
+    W = (qweight){.fmt = QW_BF16, .n_out = 2, .n_in = 200, .w = w}; /* a multiple of 8, not of 16 */
     for (int64_t o = 0; o < W.n_out; o++) {
         cpu_weight_row(&W, o, want);
-        assert_int_equal(cpu_weight_row_avx2(&W, o, got), 1);
-        assert_bits_equal(got, want, 256); /* a shift: NaNs keep their payloads too */
+        assert_int_equal(cpu_weight_row_simd(cpu_simd_level(), &W, o, got), 1);
+        assert_bits_equal(got, want, 200);
     }
-    W.n_in = 100; /* not a multiple of 8: not taken */
-    assert_int_equal(cpu_weight_row_avx2(&W, 0, got), 0);
     free(w);
     free(want);
     free(got);
@@ -121,26 +130,28 @@ static void test_affine_rows(void **state) {
     require_avx2();
     trng r = {42};
     const qwfmt sbs[3] = {QW_F32, QW_F16, QW_BF16};
-    const int groups[3] = {32, 64, 128};
-    for (int bits = 4; bits <= 8; bits += 4)
-        for (int s = 0; s < 3; s++)
-            for (int g = 0; g < 3; g++) {
-                qweight W;
-                make_affine(&r, 9, 384, bits, groups[g], sbs[s], &W);
-                float want[384], got[384];
-                for (int64_t o = 0; o < W.n_out; o++) {
-                    cpu_weight_row(&W, o, want);
-                    assert_int_equal(cpu_weight_row_avx2(&W, o, got), 1);
-                    char what[64];
-                    snprintf(what, sizeof what, "%d-bit row %lld, group %d, sb %d", bits, (long long)o, groups[g], s);
-                    assert_same_values(got, want, 384, what);
+    const int groups[4] = {24, 32, 64, 128}; /* 24: AVX-512 leaves it to AVX2 */
+    for (int level = CPU_SIMD_AVX2; level <= cpu_simd_level(); level++)
+        for (int bits = 4; bits <= 8; bits += 4)
+            for (int s = 0; s < 3; s++)
+                for (int g = 0; g < 4; g++) {
+                    qweight W;
+                    make_affine(&r, 9, 384, bits, groups[g], sbs[s], &W);
+                    float want[384], got[384];
+                    for (int64_t o = 0; o < W.n_out; o++) {
+                        cpu_weight_row(&W, o, want);
+                        assert_int_equal(cpu_weight_row_simd(level, &W, o, got), 1);
+                        char what[80];
+                        snprintf(what, sizeof what, "level %d, %d-bit row %lld, group %d, sb %d", level, bits,
+                                 (long long)o, groups[g], s);
+                        assert_same_values(got, want, 384, what);
+                    }
+                    free_weight(&W);
                 }
-                free_weight(&W);
-            }
     qweight W;
     make_affine(&r, 2, 64, 3, 32, QW_BF16, &W); /* 3 bits: not taken */
     float row[64];
-    assert_int_equal(cpu_weight_row_avx2(&W, 0, row), 0);
+    assert_int_equal(cpu_weight_row_simd(cpu_simd_level(), &W, 0, row), 0);
     free_weight(&W);
 }
 
@@ -152,14 +163,18 @@ static void test_matmul_with_and_without(void **state) {
     qbackend *scalar = tbackend(2);
     unsetenv("QUILL_CPU_SIMD");
     qbackend *simd = tbackend(2);
-    assert_false(cpu_impl(scalar)->avx2);
-    assert_true(cpu_impl(simd)->avx2);
+    assert_int_equal(cpu_impl(scalar)->simd, CPU_SIMD_NONE);
+    assert_int_equal(cpu_impl(simd)->simd, cpu_simd_level());
     trng r = {43};
-    for (int f = 0; f < 6; f++) {
+    /* plain formats (n_in 203: no pairs), BF16 both ways, affine widths the pairs take (4, 8) and not (3) */
+    const struct { qwfmt fmt; int n_in, bits, group; } cases[] = {
+        {QW_F32, 203, 0, 0}, {QW_F16, 203, 0, 0}, {QW_BF16, 203, 0, 0}, {QW_BF16, 256, 0, 0},
+        {QW_AFFINE, 256, 3, 64}, {QW_AFFINE, 256, 4, 64}, {QW_AFFINE, 256, 4, 32}, {QW_AFFINE, 256, 8, 128}};
+    for (size_t f = 0; f < sizeof cases / sizeof cases[0]; f++) {
         qweight W;
-        const int64_t n_out = 37, n_in = f < 3 ? 203 : 256;
-        if (f < 3) {
-            const qwfmt fmt = (qwfmt[]){QW_F32, QW_F16, QW_BF16}[f];
+        const int64_t n_out = 37, n_in = cases[f].n_in;
+        const qwfmt fmt = cases[f].fmt;
+        if (fmt != QW_AFFINE) {
             W = (qweight){.fmt = fmt, .n_out = n_out, .n_in = n_in};
             W.w = tcalloc((size_t)(n_out * n_in), qwfmt_elem_bytes(fmt));
             for (int64_t i = 0; i < n_out * n_in; i++) {
@@ -170,7 +185,7 @@ static void test_matmul_with_and_without(void **state) {
                 else ((uint16_t *)W.w)[i] = fmt == QW_BF16 ? (uint16_t)(u >> 16) : (uint16_t)(0x2000 + u % 0x1800);
             }
         } else {
-            make_affine(&r, n_out, n_in, (int[]){3, 4, 8}[f - 3], 64, QW_BF16, &W);
+            make_affine(&r, n_out, n_in, cases[f].bits, cases[f].group, QW_BF16, &W);
         }
         for (int n = 1; n <= 19; n += n == 1 ? 4 : 14) {
             float *x = tfloats(n * n_in), *y0 = tfloats(n * n_out), *y1 = tfloats(n * n_out);
@@ -182,9 +197,51 @@ static void test_matmul_with_and_without(void **state) {
             free(y0);
             free(y1);
         }
-        if (f < 3) free(W.w);
+        if (fmt != QW_AFFINE) free(W.w);
         else free_weight(&W);
     }
+    scalar->ops->destroy(scalar);
+    simd->ops->destroy(simd);
+}
+
+/* The gated delta rule, chunked (a prompt) and recurrent (decode rows), with and without QUILL_CPU_SIMD=0:
+ * the same outputs and states, bit for bit (its loops are compiled once an instruction set). */
+static void test_gated_delta_with_and_without(void **state) {
+    (void)state;
+    require_avx2();
+    setenv("QUILL_CPU_SIMD", "0", 1);
+    qbackend *scalar = tbackend(2);
+    unsetenv("QUILL_CPU_SIMD");
+    qbackend *simd = tbackend(2);
+    trng r = {44};
+    const qgdn_dims d = {2, 4, 32, 24, 0, 0, NULL};
+    const int64_t row = 2 * (int64_t)d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
+    const int64_t s_floats = (int64_t)d.n_v_heads * d.k_dim * d.v_dim, n = 150;
+    const qseq seqs[2] = {{0, 147, 30, 1}, {147, 3, 7, 0}}; /* a prompt over 3 chunks; 3 decode rows */
+    float *qkv = tfloats(n * row), *g = tfloats(n * d.n_v_heads), *beta = tfloats(n * d.n_v_heads);
+    trng_fill(&r, qkv, n * row, -1.5f, 1.5f);
+    trng_fill(&r, g, n * d.n_v_heads, -2, 0);
+    trng_fill(&r, beta, n * d.n_v_heads, 0.01f, 0.99f);
+    float *out0 = tfloats(n * d.n_v_heads * d.v_dim), *out1 = tfloats(n * d.n_v_heads * d.v_dim);
+    float *S0[2], *S1[2];
+    for (int k = 0; k < 2; k++) {
+        S0[k] = tfloats(s_floats);
+        trng_fill(&r, S0[k], s_floats, -0.5f, 0.5f);
+        S1[k] = tcopy(S0[k], s_floats);
+    }
+    assert_ok(scalar->ops->gated_delta(scalar, qkv, g, beta, seqs, 2, S0, d, out0));
+    assert_ok(simd->ops->gated_delta(simd, qkv, g, beta, seqs, 2, S1, d, out1));
+    assert_bits_equal(out1, out0, n * d.n_v_heads * d.v_dim);
+    for (int k = 0; k < 2; k++) {
+        assert_bits_equal(S1[k], S0[k], s_floats);
+        free(S0[k]);
+        free(S1[k]);
+    }
+    free(qkv);
+    free(g);
+    free(beta);
+    free(out0);
+    free(out1);
     scalar->ops->destroy(scalar);
     simd->ops->destroy(simd);
 }
@@ -196,6 +253,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_rows),
         cmocka_unit_test(test_affine_rows),
         cmocka_unit_test(test_matmul_with_and_without),
+        cmocka_unit_test(test_gated_delta_with_and_without),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
