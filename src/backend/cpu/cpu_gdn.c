@@ -5,7 +5,7 @@
  * conv1d_silu: per channel c, y[t][c] = silu(sum_j w[c][j] * x'[t+j][c]) with x' = the seq's state
  * (K-1 rows, oldest first) followed by its rows; the sum runs j = 0..K-1 in f32. Afterwards the
  * state holds the last K-1 rows of x' (so a seq shorter than K-1 keeps part of the old state).
- * y must not alias x. Items are channels: one thread does all seqs of a channel, outputs first,
+ * y must not alias x. Items are blocks of channels: one thread does all seqs of a channel, outputs first,
  * then the state, so the state is never read after it is overwritten.
  * gdn_gates: beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias), softplus(x) = x for x > 20
  * else log1p(exp(x)) (torch F.softplus).
@@ -29,25 +29,34 @@ typedef struct conv_job {
     float *y;
 } conv_job;
 
+/* Items are blocks of CONV_BLOCK channels (a cache line of each row), so that a thread reads the rows'
+ * lines once, not once a channel; each channel's arithmetic is the same whatever the block. */
+#define CONV_BLOCK 16
+
 static void conv_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
     (void)thread_index;
     const conv_job *j = ctx;
     const int K = j->kernel, ch = j->channels;
-    for (int64_t c = begin; c < end; c++) {
-        const float *wc = j->w + c * K;
+    for (int64_t blk = begin; blk < end; blk++) {
+        const int64_t c0 = blk * CONV_BLOCK, c1 = c0 + CONV_BLOCK < ch ? c0 + CONV_BLOCK : ch;
         for (int s = 0; s < j->n_seqs; s++) {
             const qseq *sq = &j->seqs[s];
             if (sq->n_rows == 0) continue;
             float *st = K > 1 ? j->state[s] : NULL; /* K == 1: no state, maybe no state array */
             const float *xs = j->x + (int64_t)sq->row0 * ch;
-            /* x'[i]: i < K-1 from the state, else row i-(K-1) of the seq */
-#define XP(i) ((i) < K - 1 ? st[(int64_t)(i) * ch + c] : xs[(int64_t)((i) - (K - 1)) * ch + c])
+            /* x'[i] of channel c: i < K-1 from the state, else row i-(K-1) of the seq */
+#define XP(i, c) ((i) < K - 1 ? st[(int64_t)(i) * ch + (c)] : xs[(int64_t)((i) - (K - 1)) * ch + (c)])
             for (int t = 0; t < sq->n_rows; t++) {
-                float acc = 0.0f;
-                for (int k = 0; k < K; k++) acc += wc[k] * XP(t + k);
-                j->y[((int64_t)sq->row0 + t) * ch + c] = cpu_silu(acc);
+                float *yt = j->y + ((int64_t)sq->row0 + t) * ch;
+                for (int64_t c = c0; c < c1; c++) {
+                    const float *wc = j->w + c * K;
+                    float acc = 0.0f;
+                    for (int k = 0; k < K; k++) acc += wc[k] * XP(t + k, c);
+                    yt[c] = cpu_silu(acc);
+                }
             }
-            for (int i = 0; i < K - 1; i++) st[(int64_t)i * ch + c] = XP(sq->n_rows + i); /* reads ahead of i */
+            for (int64_t c = c0; c < c1; c++)
+                for (int i = 0; i < K - 1; i++) st[(int64_t)i * ch + c] = XP(sq->n_rows + i, c); /* reads ahead of i */
 #undef XP
         }
     }
@@ -69,8 +78,9 @@ qstatus cpu_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_se
         if (seqs[s].n_rows > 0 && kernel > 1 && (!state || !state[s]))
             return q_fail(Q_EINVAL, "conv1d_silu: seq %d has no conv state", s);
     conv_job job = {x, seqs, n_seqs, state, w, channels, kernel, y};
-    int64_t per_c = prefix[n_seqs] * kernel;
-    q_parallel_for(cb->pool, channels, per_c >= 4096 ? 1 : 4096 / per_c + 1, conv_range, &job);
+    int64_t per_block = prefix[n_seqs] * kernel * CONV_BLOCK;
+    q_parallel_for(cb->pool, (channels + CONV_BLOCK - 1) / CONV_BLOCK, per_block >= 4096 ? 1 : 4096 / per_block + 1,
+                   conv_range, &job);
     return Q_OK;
 }
 
