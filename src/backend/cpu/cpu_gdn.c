@@ -157,26 +157,8 @@ CPU_FORCE_INLINE void recurrent_head(const cpu_gdn_args *a, const qseq *sq, int 
     }
 }
 
-static void recurrent_head_plain(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-    recurrent_head(a, sq, h, S, scratch);
-}
-#ifdef CPU_TARGET_AVX2
-static CPU_TARGET_AVX2 void recurrent_head_avx2(const cpu_gdn_args *a, const qseq *sq, int h, float *S,
-                                                float *scratch) {
-    recurrent_head(a, sq, h, S, scratch);
-}
-#endif
-
-static void recurrent_head_simd(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-#ifdef CPU_TARGET_AVX2
-    if (simd >= CPU_SIMD_AVX2) {
-        recurrent_head_avx2(a, sq, h, S, scratch);
-        return;
-    }
-#endif
-    (void)simd;
-    recurrent_head_plain(a, sq, h, S, scratch);
-}
+CPU_SIMD_VARIANTS(recurrent_head, recurrent_head, (a, sq, h, S, scratch), const cpu_gdn_args *a, const qseq *sq, int h,
+                  float *S, float *scratch)
 
 typedef struct gd_job {
     cpu_backend *cb;

@@ -114,22 +114,9 @@ CPU_FORCE_INLINE void chunked_head(const cpu_gdn_args *a, const qseq *sq, int h,
     }
 }
 
-static void chunked_head_plain(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-    chunked_head(a, sq, h, S, scratch);
-}
-#ifdef CPU_TARGET_AVX2
-static CPU_TARGET_AVX2 void chunked_head_avx2(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-    chunked_head(a, sq, h, S, scratch);
-}
-#endif
+CPU_SIMD_VARIANTS(chunked_head, chunked_head, (a, sq, h, S, scratch), const cpu_gdn_args *a, const qseq *sq, int h,
+                  float *S, float *scratch)
 
 void cpu_gdn_chunked_head(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-#ifdef CPU_TARGET_AVX2
-    if (simd >= CPU_SIMD_AVX2) {
-        chunked_head_avx2(a, sq, h, S, scratch);
-        return;
-    }
-#endif
-    (void)simd;
-    chunked_head_plain(a, sq, h, S, scratch);
+    chunked_head_simd(simd, a, sq, h, S, scratch);
 }

@@ -156,15 +156,31 @@ qstatus cpu_weight_check(const qweight *W, const char *what);
 /* dst[0..n_in) = row o of W, dequantized to f32. */
 void cpu_weight_row(const qweight *W, int64_t o, float *dst);
 
-/* cpu_simd.c: AVX2 and AVX-512 forms with the scalar forms' bits. cpu_simd_level: the widest the CPU
- * has, capped by QUILL_CPU_SIMD ("0": none, "avx2"). cpu_weight_row_simd returns 0, writing nothing, for
- * the layouts it does not take (it takes BF16 with n_in % 8 == 0 and 4- or 8-bit AFFINE). */
+/* cpu_simd.c: AVX2 forms with the scalar forms' bits (AVX-512: cpu_simd_pairs.c). cpu_simd_level: the
+ * widest the CPU has, capped by QUILL_CPU_SIMD ("0": none, "avx2"). cpu_weight_row_simd returns 0,
+ * writing nothing, for the layouts it does not take (it takes BF16 with n_in % 8 == 0 and 4- or 8-bit
+ * AFFINE), and below CPU_SIMD_AVX2. */
 enum { CPU_SIMD_NONE = 0, CPU_SIMD_AVX2 = 1, CPU_SIMD_AVX512 = 2 };
 /* For code compiled once an instruction set from one always-inline body (the target may widen the
  * vectors; it adds no FMA, and C11 mode does not contract, so the bits stay the plain build's). */
 #define CPU_FORCE_INLINE static inline __attribute__((always_inline))
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CPU_TARGET_AVX2 __attribute__((target("avx2")))
+/* name##_simd(int simd, params...): body(args) compiled plain and for AVX2, the AVX2 copy taken where
+ * simd >= CPU_SIMD_AVX2. */
+#define CPU_SIMD_VARIANTS(name, body, ARGS, ...)                                     \
+    static void name##_plain(__VA_ARGS__) { body ARGS; }                             \
+    static CPU_TARGET_AVX2 void name##_avx2(__VA_ARGS__) { body ARGS; }              \
+    static void name##_simd(int simd, __VA_ARGS__) {                                 \
+        if (simd >= CPU_SIMD_AVX2) name##_avx2 ARGS;                                 \
+        else name##_plain ARGS;                                                      \
+    }
+#else
+#define CPU_SIMD_VARIANTS(name, body, ARGS, ...)                                     \
+    static void name##_simd(int simd, __VA_ARGS__) {                                 \
+        (void)simd;                                                                  \
+        body ARGS;                                                                   \
+    }
 #endif
 int cpu_simd_level(void);
 void cpu_dot4_avx2(const float *a, const float *b0, const float *b1, const float *b2, const float *b3,

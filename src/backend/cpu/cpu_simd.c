@@ -1,6 +1,7 @@
-/* cpu_simd.c: AVX2 forms of the matmul's two inner loops, a weight row dequantized to f32 and four
- * dots of one input row, chosen at run time (cpu_simd_avx2) where the CPU has AVX2; the build itself
- * targets x86-64-v2, so the binary still runs where it has not.
+/* cpu_simd.c: the level of SIMD the CPU backend takes (cpu_simd_level), and AVX2 forms of the
+ * matmul's two inner loops, a weight row dequantized to f32 and four dots of one input row, taken where
+ * the CPU has AVX2 (with AVX-512, cpu_simd_pairs.c takes most weights instead); the build itself
+ * targets x86-64-v2, so the binary still runs where it has neither.
  *
  * Each does the scalar form's f32 operations in the same order, so its results are the same bits:
  * cpu_dot's 8 lanes are the 8 lanes of a __m256, each step a multiply then an add (the target enables
@@ -27,7 +28,6 @@ int cpu_simd_level(void) {
 }
 
 #define AVX2 __attribute__((target("avx2")))
-#define AVX512 __attribute__((target("avx512f")))
 
 /* The tail and the tree of cpu_dot, on the 8 lanes stored from a vector accumulator. */
 static inline float lanes_tail_tree(float s[8], const float *a, const float *b, int64_t i, int64_t n) {
@@ -108,49 +108,7 @@ static AVX2 int weight_row_avx2(const qweight *W, int64_t o, float *dst) {
     return 1;
 }
 
-/* 16 codes of `bits` (4 or 8) bits from p, as int32 lanes 0..15: lanes 0..7 from the first 4 bytes
- * (4 bits), 8..15 from the next 4, each split as codes8 splits its word. */
-static inline AVX512 __m512i codes16(const unsigned char *p, int bits) {
-    if (bits == 8) return _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
-    long long v;
-    memcpy(&v, p, sizeof v);
-    const __m512i words = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    __m512i w = _mm512_permutexvar_epi32(words, _mm512_castsi128_si512(_mm_cvtsi64_si128(v)));
-    return _mm512_and_si512(_mm512_srlv_epi32(w, shifts), _mm512_set1_epi32(15));
-}
-
-/* The AVX2 row's arithmetic 16 elements at a time (it is elementwise: no lane order to keep). */
-static AVX512 int weight_row_avx512(const qweight *W, int64_t o, float *dst) {
-    const int64_t n_in = W->n_in;
-    if (W->fmt == QW_BF16) {
-        if (n_in % 16) return 0;
-        const unsigned char *p = (const unsigned char *)W->w + o * n_in * 2;
-        for (int64_t i = 0; i < n_in; i += 16) {
-            __m256i h = _mm256_loadu_si256((const __m256i *)(p + i * 2));
-            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
-            _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(u));
-        }
-        return 1;
-    }
-    if (W->fmt != QW_AFFINE || (W->bits != 4 && W->bits != 8) || W->group % 16) return 0;
-    const int bits = W->bits, group = W->group;
-    const int64_t n_groups = n_in / group;
-    const unsigned char *p = (const unsigned char *)W->w + o * (n_in * bits / 8);
-    for (int64_t gi = 0; gi < n_groups; gi++) {
-        __m512 scale = _mm512_set1_ps(cpu_load_elem(W->scales, W->sb_fmt, o * n_groups + gi));
-        __m512 bias = _mm512_set1_ps(cpu_load_elem(W->biases, W->sb_fmt, o * n_groups + gi));
-        for (int k = 0; k < group * bits / 8; k += 64) _mm_prefetch((const char *)p + k + 1024, _MM_HINT_T0);
-        for (int i = 0; i < group; i += 16, p += 2 * bits, dst += 16) {
-            __m512 c = _mm512_cvtepi32_ps(codes16(p, bits));
-            _mm512_storeu_ps(dst, _mm512_add_ps(_mm512_mul_ps(scale, c), bias));
-        }
-    }
-    return 1;
-}
-
 int cpu_weight_row_simd(int level, const qweight *W, int64_t o, float *dst) {
-    if (level >= CPU_SIMD_AVX512 && weight_row_avx512(W, o, dst)) return 1;
     return level >= CPU_SIMD_AVX2 && weight_row_avx2(W, o, dst);
 }
 

@@ -1,12 +1,11 @@
-/* test_cpu_simd.c: cpu_simd.c's AVX2 forms give the scalar forms' bits: the dots for every length
- * 0..77 (tails included) on values with infinities, subnormals and signed zeros among them; weight rows
- * of every layout they take (BF16 rows of all 65,536 bit patterns; 4- and 8-bit AFFINE with F32, F16
- * and BF16 scales, groups 32 to 128, random bytes as codes); and the whole matmul of a backend with
- * QUILL_CPU_SIMD=0 against one without, for every weight format and 1, 5 and 19 input rows, and its gated
- * delta rule, chunked and recurrent. NaNs
- * compare as NaNs (which operand's payload an add keeps is the compiler's choice of operand order).
- * Every level the CPU has is checked (AVX2, AVX-512); skipped where it has no AVX2, as the matmul then
- * never takes these forms. */
+/* test_cpu_simd.c: the CPU backend's SIMD forms give the scalar forms' bits. cpu_simd.c's AVX2 forms: the
+ * dots for every length 0..77 (tails included) on values with infinities, subnormals and signed zeros
+ * among them; weight rows of every layout they take (BF16 rows of all 65,536 bit patterns; 4- and 8-bit
+ * AFFINE with F32, F16 and BF16 scales, groups 24 to 128, random bytes as codes). Then whole ops of a
+ * backend with QUILL_CPU_SIMD=0 against one without (AVX-512's pairs where the CPU has AVX-512): the
+ * matmul for every weight format and 1, 5 and 19 input rows, and the gated delta rule, chunked and
+ * recurrent. NaNs compare as NaNs (which operand's payload an add keeps is the compiler's choice of
+ * operand order). Skipped where the CPU has no AVX2, as the backend then never takes these forms. */
 #include <math.h>
 #include <stdio.h>
 
@@ -76,20 +75,14 @@ static void test_bf16_rows(void **state) {
     for (uint32_t h = 0; h < 65536; h++) w[h] = (uint16_t)h;
     qweight W = {.fmt = QW_BF16, .n_out = 256, .n_in = 256, .w = w};
     float *want = tfloats(256), *got = tfloats(256);
-    for (int level = CPU_SIMD_AVX2; level <= cpu_simd_level(); level++)
-        for (int64_t o = 0; o < W.n_out; o++) {
-            cpu_weight_row(&W, o, want);
-            assert_int_equal(cpu_weight_row_simd(level, &W, o, got), 1);
-            assert_bits_equal(got, want, 256); /* a shift: NaNs keep their payloads too */
-        }
-    W.n_in = 100; /* not a multiple of 8: not taken */
-    assert_int_equal(cpu_weight_row_simd(cpu_simd_level(), &W, 0, got), 0);
-    W = (qweight){.fmt = QW_BF16, .n_out = 2, .n_in = 200, .w = w}; /* a multiple of 8, not of 16 */
     for (int64_t o = 0; o < W.n_out; o++) {
         cpu_weight_row(&W, o, want);
-        assert_int_equal(cpu_weight_row_simd(cpu_simd_level(), &W, o, got), 1);
-        assert_bits_equal(got, want, 200);
+        assert_int_equal(cpu_weight_row_simd(CPU_SIMD_AVX2, &W, o, got), 1);
+        assert_bits_equal(got, want, 256); /* a shift: NaNs keep their payloads too */
     }
+    W.n_in = 100; /* not a multiple of 8: not taken */
+    assert_int_equal(cpu_weight_row_simd(CPU_SIMD_AVX2, &W, 0, got), 0);
+    assert_int_equal(cpu_weight_row_simd(CPU_SIMD_NONE, &W, 0, got), 0);
     free(w);
     free(want);
     free(got);
@@ -130,39 +123,43 @@ static void test_affine_rows(void **state) {
     require_avx2();
     trng r = {42};
     const qwfmt sbs[3] = {QW_F32, QW_F16, QW_BF16};
-    const int groups[4] = {24, 32, 64, 128}; /* 24: AVX-512 leaves it to AVX2 */
-    for (int level = CPU_SIMD_AVX2; level <= cpu_simd_level(); level++)
-        for (int bits = 4; bits <= 8; bits += 4)
-            for (int s = 0; s < 3; s++)
-                for (int g = 0; g < 4; g++) {
-                    qweight W;
-                    make_affine(&r, 9, 384, bits, groups[g], sbs[s], &W);
-                    float want[384], got[384];
-                    for (int64_t o = 0; o < W.n_out; o++) {
-                        cpu_weight_row(&W, o, want);
-                        assert_int_equal(cpu_weight_row_simd(level, &W, o, got), 1);
-                        char what[80];
-                        snprintf(what, sizeof what, "level %d, %d-bit row %lld, group %d, sb %d", level, bits,
-                                 (long long)o, groups[g], s);
-                        assert_same_values(got, want, 384, what);
-                    }
-                    free_weight(&W);
+    const int groups[4] = {24, 32, 64, 128};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int s = 0; s < 3; s++)
+            for (int g = 0; g < 4; g++) {
+                qweight W;
+                make_affine(&r, 9, 384, bits, groups[g], sbs[s], &W);
+                float want[384], got[384];
+                for (int64_t o = 0; o < W.n_out; o++) {
+                    cpu_weight_row(&W, o, want);
+                    assert_int_equal(cpu_weight_row_simd(CPU_SIMD_AVX2, &W, o, got), 1);
+                    char what[80];
+                    snprintf(what, sizeof what, "%d-bit row %lld, group %d, sb %d", bits, (long long)o, groups[g], s);
+                    assert_same_values(got, want, 384, what);
                 }
+                free_weight(&W);
+            }
     qweight W;
     make_affine(&r, 2, 64, 3, 32, QW_BF16, &W); /* 3 bits: not taken */
     float row[64];
-    assert_int_equal(cpu_weight_row_simd(cpu_simd_level(), &W, 0, row), 0);
+    assert_int_equal(cpu_weight_row_simd(CPU_SIMD_AVX2, &W, 0, row), 0);
     free_weight(&W);
+}
+
+/* Two backends of 2 threads: one made with QUILL_CPU_SIMD=0, one without. */
+static void scalar_and_simd(qbackend **scalar, qbackend **simd) {
+    setenv("QUILL_CPU_SIMD", "0", 1);
+    *scalar = tbackend(2);
+    unsetenv("QUILL_CPU_SIMD");
+    *simd = tbackend(2);
 }
 
 /* A backend made with QUILL_CPU_SIMD=0 and one made without it: the same matmul bits. */
 static void test_matmul_with_and_without(void **state) {
     (void)state;
     require_avx2();
-    setenv("QUILL_CPU_SIMD", "0", 1);
-    qbackend *scalar = tbackend(2);
-    unsetenv("QUILL_CPU_SIMD");
-    qbackend *simd = tbackend(2);
+    qbackend *scalar, *simd;
+    scalar_and_simd(&scalar, &simd);
     assert_int_equal(cpu_impl(scalar)->simd, CPU_SIMD_NONE);
     assert_int_equal(cpu_impl(simd)->simd, cpu_simd_level());
     trng r = {43};
@@ -209,10 +206,8 @@ static void test_matmul_with_and_without(void **state) {
 static void test_gated_delta_with_and_without(void **state) {
     (void)state;
     require_avx2();
-    setenv("QUILL_CPU_SIMD", "0", 1);
-    qbackend *scalar = tbackend(2);
-    unsetenv("QUILL_CPU_SIMD");
-    qbackend *simd = tbackend(2);
+    qbackend *scalar, *simd;
+    scalar_and_simd(&scalar, &simd);
     trng r = {44};
     const qgdn_dims d = {2, 4, 32, 24, 0, 0, NULL};
     const int64_t row = 2 * (int64_t)d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
