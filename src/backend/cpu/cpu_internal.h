@@ -188,7 +188,7 @@ void cpu_dot4_avx2(const float *a, const float *b0, const float *b1, const float
 float cpu_dot_avx2(const float *a, const float *b, int64_t n);
 int cpu_weight_row_simd(int level, const qweight *W, int64_t o, float *dst);
 /* cpu_simd_pairs.c: with CPU_SIMD_AVX512, the matmul's weight rows [begin, end) for the n input rows
- * of x, where cpu_pairs_take(W); scratch: 16 * n_in floats. */
+ * of x, where cpu_pairs_take(W); scratch: 8 * n_in floats. */
 int cpu_pairs_take(const qweight *W);
 void cpu_matmul_pairs(const qweight *W, const float *x, int n, float *y, int64_t begin, int64_t end,
                       float *scratch);

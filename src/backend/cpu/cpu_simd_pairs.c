@@ -5,10 +5,11 @@
  * output has the scalar form's bits (test_cpu_simd), and the multiplies and adds are half as many.
  *
  * One input row (decode): the pair's codes become f32 weights in registers and meet x at once, with no
- * scratch. Several input rows (prefill): a block of up to 16 weight rows is dequantized into scratch as
- * pairs, chunk-interleaved ([n_in / 8][2][8] floats a pair), and each input row runs over it. Four
- * pairs go at once, each with its own sum, so that no add waits for the one before; rows missing at
- * the end of a range are stood in for by the last row, their outputs dropped.
+ * scratch. Several input rows (prefill, many streams): a quad of 8 weight rows is dequantized into scratch
+ * as pairs, chunk-interleaved ([n_in / 8][2][8] floats a pair), and every input row runs over it while it
+ * is in L1 (32 KiB at n_in 1024). Four pairs go at once, each with its own sum, so that no add waits for
+ * the one before; rows missing at the end of a range are stood in for by the last row, their outputs
+ * dropped.
  * Takes 4- and 8-bit AFFINE and BF16 weights with n_in % 8 == 0 (cpu_pairs_take); the rest stay with
  * cpu_matmul.c's blocks. Not here: the choice of the level (cpu_simd.c), threads (cpu_matmul.c). */
 #include "cpu_internal.h"
@@ -22,7 +23,6 @@ int cpu_pairs_take(const qweight *W) {
 #include <immintrin.h>
 
 #define AVX512 __attribute__((target("avx512f")))
-#define PAIR_BLOCK 16 /* weight rows a block, as cpu_matmul.c's MM_BLOCK (the scratch it reserves) */
 
 /* Lanes 0..7 = a, lanes 8..15 = b. */
 static inline AVX512 __m512 halves(float a, float b) {
@@ -205,17 +205,13 @@ AVX512 void cpu_matmul_pairs(const qweight *W, const float *x, int n, float *y, 
         }
         return;
     }
-    for (int64_t o0 = begin; o0 < end; o0 += PAIR_BLOCK) { /* two quads a block, reused by every input row */
-        int live[2];
-        for (int q = 0; q < 2; q++) {
-            live[q] = o0 + 8 * q < end ? quad_rows_at(o0 + 8 * q, end, rows) : 0;
-            if (live[q]) quad_rows(W, rows, scratch + (int64_t)q * 8 * n_in);
+    for (int64_t o0 = begin; o0 < end; o0 += 8) { /* a quad dequantized once, then every input row over it */
+        int live = quad_rows_at(o0, end, rows);
+        quad_rows(W, rows, scratch);
+        for (int r = 0; r < n; r++) {
+            quad_dot(x + (int64_t)r * n_in, scratch, n_in, out);
+            memcpy(y + (int64_t)r * n_out + o0, out, (size_t)live * sizeof(float));
         }
-        for (int r = 0; r < n; r++)
-            for (int q = 0; q < 2 && live[q]; q++) {
-                quad_dot(x + (int64_t)r * n_in, scratch + (int64_t)q * 8 * n_in, n_in, out);
-                memcpy(y + (int64_t)r * n_out + o0 + 8 * q, out, (size_t)live[q] * sizeof(float));
-            }
     }
 }
 
