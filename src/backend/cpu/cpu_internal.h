@@ -43,6 +43,10 @@ qstatus cpu_index_reserve(cpu_backend *cb, size_t n, int64_t **out);
  * them in vector registers (an array made it spill them every step). */
 #define CPU_LANES(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 #define CPU_LANE_TREE(s) (((s##0 + s##4) + (s##1 + s##5)) + ((s##2 + s##6) + (s##3 + s##7)))
+/* The same tree over 8 lanes in an array (the SIMD forms store their vector sums there). */
+static inline float cpu_lane_tree(const float s[8]) {
+    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
 
 static inline float cpu_dot(const float *a, const float *b, int64_t n) {
 #define CPU_DECL_(l) float s##l = 0.0f;

@@ -33,7 +33,7 @@ int cpu_simd_level(void) {
 static inline float lanes_tail_tree(float s[8], const float *a, const float *b, int64_t i, int64_t n) {
     for (int l = 0; l < 8; l++)
         if (i + l < n) s[l] += a[i + l] * b[i + l];
-    return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7])); /* CPU_LANE_TREE */
+    return cpu_lane_tree(s);
 }
 
 AVX2 void cpu_dot4_avx2(const float *a, const float *b0, const float *b1, const float *b2, const float *b3,

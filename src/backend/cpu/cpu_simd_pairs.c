@@ -62,14 +62,12 @@ static inline __attribute__((always_inline)) AVX512 __m512 pair_chunk(int kind, 
     return _mm512_add_ps(_mm512_mul_ps(scale, _mm512_cvtepi32_ps(codes)), bias);
 }
 
-/* The lane tree of cpu_dot (CPU_LANE_TREE) on each half of acc: out[0] row a, out[1] row b. */
+/* cpu_dot's lane tree on each half of acc: out[0] row a, out[1] row b. */
 static inline AVX512 void pair_trees(__m512 acc, float out[2]) {
     float s[16];
     _mm512_storeu_ps(s, acc);
-    for (int k = 0; k < 2; k++) {
-        const float *t = s + 8 * k;
-        out[k] = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
-    }
+    out[0] = cpu_lane_tree(s);
+    out[1] = cpu_lane_tree(s + 8);
 }
 
 static inline int64_t row_len(const qweight *W) { return W->fmt == QW_BF16 ? W->n_in * 2 : W->n_in * W->bits / 8; }
