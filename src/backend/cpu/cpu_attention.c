@@ -20,6 +20,7 @@
 #include "cpu_internal.h"
 
 #define ROPE_MAX_HALF 512
+#define ATTN_MAX_RUN 8 /* q heads an attention item takes at most (a group larger is cut in runs) */
 
 typedef struct rope_job {
     float *x;
@@ -77,8 +78,9 @@ typedef struct attn_job {
     const int64_t *prefix;
     void *const *k_cache, *const *v_cache;
     qwfmt kv_fmt;
-    int64_t max_ctx; /* a thread's scratch: max_ctx scores, then two rows of dim floats */
+    int64_t max_ctx; /* a thread's scratch: heads_per_item * max_ctx scores, then two rows of dim floats */
     int n_q, n_kv, dim;
+    int heads_per_item; /* q heads of one K/V head an item takes: each cache row is widened once for all of them */
     float scale;
     float *out;
 } attn_job;
@@ -92,34 +94,47 @@ static const float *kv_at(const void *cache, qwfmt fmt, int64_t row_bytes, int64
     return buf;
 }
 
+/* Items are (row, run of heads_per_item q heads of one K/V head); each head's arithmetic is its own, whatever
+ * the run, so the run's length (chosen from the thread count) never changes a bit. */
 static void attn_range(void *ctx, int64_t begin, int64_t end, int thread_index) {
     const attn_job *j = ctx;
-    float *score = cpu_scratch_at(j->cb, thread_index), *row = score + j->max_ctx;
+    const int hp = j->heads_per_item, runs = j->n_q / hp;
+    float *scores = cpu_scratch_at(j->cb, thread_index), *row = scores + hp * j->max_ctx;
     const int dim = j->dim, group = j->n_q / j->n_kv;
     const int64_t kv_row = qkv_row_bytes(j->kv_fmt, j->n_kv, dim);
     for (int64_t it = begin; it < end; it++) {
-        int64_t fi = it / j->n_q;
-        int h = (int)(it % j->n_q), kvh = h / group;
+        int64_t fi = it / runs;
+        int h0 = (int)(it % runs) * hp, kvh = h0 / group;
         int s = cpu_seq_of(j->prefix, j->n_seqs, fi);
         const qseq *sq = &j->seqs[s];
         int64_t t = fi - j->prefix[s], r = sq->row0 + t, p = sq->pos0 + t;
-        const float *qh = j->q + (r * j->n_q + h) * dim;
+        const float *qh = j->q + (r * j->n_q + h0) * dim;
         const void *kc = j->k_cache[s], *vc = j->v_cache[s];
-        float m = -INFINITY;
+        float m[ATTN_MAX_RUN], fsum[ATTN_MAX_RUN];
+        for (int h = 0; h < hp; h++) m[h] = -INFINITY;
         for (int64_t k = 0; k <= p; k++) {
-            score[k] = cpu_dot(qh, kv_at(kc, j->kv_fmt, kv_row, k, j->n_kv, kvh, dim, row), dim) * j->scale;
-            if (score[k] > m) m = score[k];
+            const float *kr = kv_at(kc, j->kv_fmt, kv_row, k, j->n_kv, kvh, dim, row);
+            for (int h = 0; h < hp; h++) {
+                float *score = scores + h * j->max_ctx;
+                score[k] = cpu_dot(qh + (int64_t)h * dim, kr, dim) * j->scale;
+                if (score[k] > m[h]) m[h] = score[k];
+            }
         }
-        double sum = 0.0;
-        for (int64_t k = 0; k <= p; k++) {
-            score[k] = expf(score[k] - m);
-            sum += score[k];
+        for (int h = 0; h < hp; h++) {
+            float *score = scores + h * j->max_ctx;
+            double sum = 0.0;
+            for (int64_t k = 0; k <= p; k++) {
+                score[k] = expf(score[k] - m[h]);
+                sum += score[k];
+            }
+            fsum[h] = (float)sum;
+            float *o = j->out + (r * j->n_q + h0 + h) * dim;
+            for (int d = 0; d < dim; d++) o[d] = 0.0f;
         }
-        float fsum = (float)sum;
-        float *o = j->out + (r * j->n_q + h) * dim;
-        for (int d = 0; d < dim; d++) o[d] = 0.0f;
         for (int64_t k = 0; k <= p; k++) {
-            cpu_axpy(o, score[k] / fsum, kv_at(vc, j->kv_fmt, kv_row, k, j->n_kv, kvh, dim, row), dim);
+            const float *vr = kv_at(vc, j->kv_fmt, kv_row, k, j->n_kv, kvh, dim, row);
+            for (int h = 0; h < hp; h++)
+                cpu_axpy(j->out + (r * j->n_q + h0 + h) * dim, scores[h * j->max_ctx + k] / fsum[h], vr, dim);
         }
     }
 }
@@ -146,7 +161,14 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
         int64_t ctx = (int64_t)seqs[s].pos0 + seqs[s].n_rows;
         if (ctx > max_ctx) max_ctx = ctx;
     }
-    Q_TRY(cpu_scratch_reserve(cb, (size_t)max_ctx + 2 * (size_t)dim));
+    /* a K/V head's q heads in one item while that leaves two items a thread, else one head an item (decode on
+     * many cores keeps its parallelism); any divisor of the group gives the same bits */
+    int hp = n_q / n_kv;
+    while (hp > 1 && (hp > ATTN_MAX_RUN || total * (n_q / hp) < 2 * (int64_t)cb->n_threads)) {
+        do hp--;
+        while ((n_q / n_kv) % hp);
+    }
+    Q_TRY(cpu_scratch_reserve(cb, (size_t)hp * (size_t)max_ctx + 2 * (size_t)dim));
     /* the new rows go into the caches first: row t of a seq attends to rows 0..t of this call too */
     const int64_t width = (int64_t)n_kv * dim;
     for (int s = 0; s < n_seqs; s++) {
@@ -156,8 +178,8 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
             qkv_encode_row(kv_fmt, v + r * width, n_kv, dim, (unsigned char *)v_cache[s] + p * row_bytes);
         }
     }
-    attn_job job = {cb, q, seqs, n_seqs, prefix, k_cache, v_cache, kv_fmt, max_ctx, n_q, n_kv, dim, scale, out};
-    int64_t per_item = max_ctx * dim;
-    q_parallel_for(cb->pool, total * n_q, per_item >= 16384 ? 1 : 16384 / per_item + 1, attn_range, &job);
+    attn_job job = {cb, q, seqs, n_seqs, prefix, k_cache, v_cache, kv_fmt, max_ctx, n_q, n_kv, dim, hp, scale, out};
+    int64_t per_item = max_ctx * dim * hp;
+    q_parallel_for(cb->pool, total * (n_q / hp), per_item >= 16384 ? 1 : 16384 / per_item + 1, attn_range, &job);
     return Q_OK;
 }

@@ -31,24 +31,117 @@ size_t cpu_gdn_chunked_scratch(qgdn_dims d) {
 /* e^x for a log-decay x <= 0 formed in double: rounded to f32, then expf */
 static float decay(double x) { return expf((float)x); }
 
-/* V'_i = U_i - W_i S for rows i < L, in place in U; V is free by now and holds W_i S. */
-CPU_FORCE_INLINE void apply_state(const float *W, const float *S, int L, int dk, int dv, float *V, float *U) {
-    for (int i = 0; i < L; i++) {
-        float *acc = V + (int64_t)i * dv, *u = U + (int64_t)i * dv;
-        const float *w = W + (int64_t)i * dk;
-        for (int c = 0; c < dv; c++) acc[c] = 0.0f;
-        for (int m = 0; m < dk; m++) cpu_axpy(acc, w[m], S + (int64_t)m * dv, dv);
-        for (int c = 0; c < dv; c++) u[c] -= acc[c];
+/* The rule's products are one form: Y[r][c] = Y[r][c] + X[r][m] * B[m][c] over m = m0..m1-1 in order, which is
+ * what a run of cpu_axpy calls computes, element for element. Here it is blocked in registers: 4 rows of Y by
+ * two vectors of columns stay in 8 registers while m runs, so B's row is loaded once for 4 rows and Y not at
+ * all, where the axpy form loads and stores Y at every m. Each element's sums are the axpy form's, in its
+ * order: the same bits at any block or vector width. The vectors are GCC vector extensions as wide as the
+ * instruction set's registers (VEC is 4, 8 or 16 floats: SSE, AVX2, AVX-512), one kernel a width. */
+#define BLOCK_ROWS 4
+#define BLOCK_KERNEL(VEC)                                                                                          \
+    typedef float vec##VEC __attribute__((vector_size(4 * VEC)));                                                  \
+    CPU_FORCE_INLINE void block_accumulate_##VEC(float *Y, int64_t ldy, const float *X, int64_t ldx, int rows,     \
+                                                 const float *B, int64_t ldb, int m0, int m1) {                    \
+        vec##VEC acc[BLOCK_ROWS][2] = {{{0}}}; /* rows past `rows` stay unused */                                  \
+        _Pragma("GCC unroll 4") for (int r = 0; r < BLOCK_ROWS; r++) if (r < rows) {                               \
+            memcpy(&acc[r][0], Y + r * ldy, sizeof acc[r][0]);                                                     \
+            memcpy(&acc[r][1], Y + r * ldy + VEC, sizeof acc[r][1]);                                               \
+        }                                                                                                          \
+        for (int m = m0; m < m1; m++) {                                                                            \
+            vec##VEC b0, b1;                                                                                       \
+            memcpy(&b0, B + m * ldb, sizeof b0);                                                                   \
+            memcpy(&b1, B + m * ldb + VEC, sizeof b1);                                                             \
+            _Pragma("GCC unroll 4") for (int r = 0; r < BLOCK_ROWS; r++) if (r < rows) {                           \
+                const float x = X[r * ldx + m];                                                                    \
+                acc[r][0] = acc[r][0] + x * b0;                                                                    \
+                acc[r][1] = acc[r][1] + x * b1;                                                                    \
+            }                                                                                                      \
+        }                                                                                                          \
+        _Pragma("GCC unroll 4") for (int r = 0; r < BLOCK_ROWS; r++) if (r < rows) {                               \
+            memcpy(Y + r * ldy, &acc[r][0], sizeof acc[r][0]);                                                     \
+            memcpy(Y + r * ldy + VEC, &acc[r][1], sizeof acc[r][1]);                                               \
+        }                                                                                                          \
+    }
+BLOCK_KERNEL(4)
+BLOCK_KERNEL(8)
+BLOCK_KERNEL(16)
+
+/* One block of `rows` <= 4 rows by 2 * vec columns (vec a constant of each instruction set's copy). */
+CPU_FORCE_INLINE void block_accumulate(int vec, float *Y, int64_t ldy, const float *X, int64_t ldx, int rows,
+                                       const float *B, int64_t ldb, int m0, int m1) {
+    if (vec == 16) block_accumulate_16(Y, ldy, X, ldx, rows, B, ldb, m0, m1);
+    else if (vec == 8) block_accumulate_8(Y, ldy, X, ldx, rows, B, ldb, m0, m1);
+    else block_accumulate_4(Y, ldy, X, ldx, rows, B, ldb, m0, m1);
+}
+
+/* Y[r][0..n) += sum over m0 <= m < m1 of X[r][m] B[m][0..n), r < rows, in the axpy form's order and bits. Column
+ * blocks outside, so a block's strip of B stays in L1 for every row. */
+CPU_FORCE_INLINE void rows_accumulate(int vec, float *Y, int64_t ldy, const float *X, int64_t ldx, int rows,
+                                      const float *B, int64_t ldb, int m0, int m1, int n) {
+    int c = 0;
+    for (; c + 2 * vec <= n; c += 2 * vec)
+        for (int r = 0; r < rows; r += BLOCK_ROWS) {
+            if (rows - r >= BLOCK_ROWS) /* the common case, with its row count a constant */
+                block_accumulate(vec, Y + r * ldy + c, ldy, X + r * ldx, ldx, BLOCK_ROWS, B + c, ldb, m0, m1);
+            else
+                block_accumulate(vec, Y + r * ldy + c, ldy, X + r * ldx, ldx, rows - r, B + c, ldb, m0, m1);
+        }
+    for (int r = 0; r < rows && c < n; r++)
+        for (int m = m0; m < m1; m++)
+            for (int cc = c; cc < n; cc++) Y[r * ldy + cc] += X[r * ldx + m] * B[m * ldb + cc];
+}
+
+/* Row i of Y (i < L) += sum over j < i (j <= i with inclusive) of X[i][j] Z[j], in j order. Z may be Y itself
+ * (the forward substitution: rows j < i are final when row i takes them). Rows go in blocks of 4: a block takes
+ * every earlier block's rows at once, then the triangle inside it row by row. */
+CPU_FORCE_INLINE void lower_accumulate(int vec, float *Y, int64_t ldy, const float *X, int64_t ldx, const float *Z,
+                                       int64_t ldz, int L, int inclusive, int n) {
+    for (int i0 = 0; i0 < L; i0 += BLOCK_ROWS) {
+        const int rows = L - i0 < BLOCK_ROWS ? L - i0 : BLOCK_ROWS;
+        rows_accumulate(vec, Y + i0 * ldy, ldy, X + i0 * ldx, ldx, rows, Z, ldz, 0, i0, n);
+        for (int r = 0; r < rows; r++)
+            rows_accumulate(vec, Y + (i0 + r) * ldy, ldy, X + (i0 + r) * ldx, ldx, 1, Z, ldz, i0, i0 + r + inclusive, n);
     }
 }
 
-/* The rule's body, compiled once for each instruction set below: its loops are cpu_axpy / cpu_scale
- * (elementwise) and cpu_dot (8 lanes and a fixed tree), which compute the same bits at any vector width. */
-CPU_FORCE_INLINE void chunked_head(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+/* cpu_dot's 8 lanes as one vector (two SSE registers in the SSE copy): lane l sums a[i] b[i] for i = l mod 8 in
+ * order, the tail's elements going to lanes 0.., then cpu_lane_tree. So out[k] == cpu_dot(a, rows[j0 + k]) bit
+ * for bit; four rows at a time share a's loads and keep four sums going. */
+typedef float lanes8 __attribute__((vector_size(32)));
+CPU_FORCE_INLINE void dots_against(const float *a, const float *rows, int64_t ld, int j0, int count, int n,
+                                   float *out) {
+    const int whole = n & ~7;
+    for (int k = 0; k < count; k += 4) {
+        const int in_group = count - k < 4 ? count - k : 4;
+        const float *b = rows + (int64_t)(j0 + k) * ld;
+        lanes8 s[4] = {{0}};
+        for (int i = 0; i < whole; i += 8) {
+            lanes8 x;
+            memcpy(&x, a + i, sizeof x);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                lanes8 y;
+                memcpy(&y, b + (g < in_group ? g : 0) * ld + i, sizeof y); /* a short group repeats row 0 */
+                s[g] = s[g] + x * y;
+            }
+        }
+        for (int g = 0; g < in_group; g++) {
+            float l[8];
+            memcpy(l, &s[g], sizeof l);
+            for (int i = whole; i < n; i++) l[i - whole] += a[i] * b[g * ld + i];
+            out[k + g] = cpu_lane_tree(l);
+        }
+    }
+}
+
+/* The rule's body, compiled once for each instruction set below with its vector width vec: its loops are the
+ * products above, cpu_scale (elementwise) and cpu_dot (8 lanes and a fixed tree), which compute the same bits at
+ * any vector width. */
+CPU_FORCE_INLINE void chunked_head(int vec, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
     const qgdn_dims *d = &a->dims;
     const int C = CPU_GDN_CHUNK, dk = d->k_dim, dv = d->v_dim, Hv = d->n_v_heads;
     const int hk = h / (Hv / d->n_k_heads);
-    const int64_t row = 2 * (int64_t)d->n_k_heads * dk + (int64_t)Hv * dv;
+    const int64_t row = 2 * (int64_t)d->n_k_heads * dk + (int64_t)Hv * dv, ldo = (int64_t)Hv * dv;
     double *gam = (double *)(void *)scratch;
     float *Q = scratch + 2 * C, *K = Q + (int64_t)C * dk, *W = K + (int64_t)C * dk;
     float *V = W + (int64_t)C * dk, *U = V + (int64_t)C * dv, *A = U + (int64_t)C * dv;
@@ -65,58 +158,76 @@ CPU_FORCE_INLINE void chunked_head(const cpu_gdn_args *a, const qseq *sq, int h,
             cpu_gdn_load_qk(a, r, hk, 0, a->q_scale, Q + (int64_t)i * dk);
             cpu_gdn_load_qk(a, r, hk, 1, 1.0f, K + (int64_t)i * dk);
             const float *v = a->qkv + r * row + 2 * (int64_t)d->n_k_heads * dk + (int64_t)h * dv;
-            for (int c = 0; c < dv; c++) V[(int64_t)i * dv + c] = v[c];
+            memcpy(V + (int64_t)i * dv, v, (size_t)dv * sizeof *V);
             bt[i] = a->beta[r * Hv + h];
             gam[i] = (i ? gam[i - 1] : 0.0) + a->g[r * Hv + h];
         }
-        /* A, strictly lower */
-        for (int i = 0; i < L; i++)
-            for (int j = 0; j < i; j++)
-                A[i * C + j] =
-                    bt[i] * cpu_dot(K + (int64_t)i * dk, K + (int64_t)j * dk, dk) * decay(gam[i] - gam[j]);
-        /* U = (I + A)^-1 beta V and W = (I + A)^-1 beta e^gam K by forward substitution */
+        /* -A, strictly lower: A[i][j] = beta_i (k_i . k_j) e^(gam_i - gam_j), negated for the substitution */
+        for (int i = 0; i < L; i++) {
+            float *Ai = A + (int64_t)i * C;
+            dots_against(K + (int64_t)i * dk, K, dk, 0, i, dk, Ai);
+            for (int j = 0; j < i; j++) Ai[j] = -(bt[i] * Ai[j] * decay(gam[i] - gam[j]));
+        }
+        /* U = (I + A)^-1 beta V and W = (I + A)^-1 beta e^gam K by forward substitution: u_i -= a_ij u_j */
         for (int i = 0; i < L; i++) {
             float *u = U + (int64_t)i * dv, *w = W + (int64_t)i * dk;
             const float *v = V + (int64_t)i * dv, *k = K + (int64_t)i * dk;
             float eg = decay(gam[i]);
             for (int c = 0; c < dv; c++) u[c] = v[c] * bt[i];
             for (int m = 0; m < dk; m++) w[m] = (k[m] * bt[i]) * eg;
-            for (int j = 0; j < i; j++) {
-                float aij = A[i * C + j];
-                const float *uj = U + (int64_t)j * dv, *wj = W + (int64_t)j * dk;
-                cpu_axpy(u, -aij, uj, dv); /* u -= aij uj, the same bits */
-                cpu_axpy(w, -aij, wj, dk);
-            }
         }
-        apply_state(W, S, L, dk, dv, V, U); /* U now holds V' */
-        /* outputs */
+        lower_accumulate(vec, U, dv, A, C, U, dv, L, 0, dv);
+        lower_accumulate(vec, W, dk, A, C, W, dk, L, 0, dk);
+        /* V' = U - W S, in U; V is free by now and takes W S */
+        memset(V, 0, (size_t)L * dv * sizeof *V);
+        rows_accumulate(vec, V, dv, W, dk, L, S, dv, 0, dk, dv);
+        for (int64_t c = 0; c < (int64_t)L * dv; c++) U[c] -= V[c];
+        /* outputs: O_i = (e^gam_i q_i) S + sum_{j <= i} (q_i . k_j) e^(gam_i - gam_j) V'_j; the coefficients in A */
         for (int i = 0; i < L; i++) {
-            float *o = a->out + ((r0 + i) * Hv + h) * dv;
-            const float *q = Q + (int64_t)i * dk;
-            float eg = decay(gam[i]);
+            float *Pi = A + (int64_t)i * C, *q = Q + (int64_t)i * dk;
+            dots_against(q, K, dk, 0, i + 1, dk, Pi);
+            for (int j = 0; j <= i; j++) Pi[j] = Pi[j] * decay(gam[i] - gam[j]);
+            const float eg = decay(gam[i]);
+            for (int m = 0; m < dk; m++) q[m] = q[m] * eg;
+            float *o = a->out + (r0 + i) * ldo + (int64_t)h * dv;
             for (int c = 0; c < dv; c++) o[c] = 0.0f;
-            for (int m = 0; m < dk; m++) cpu_axpy(o, q[m] * eg, S + (int64_t)m * dv, dv);
-            for (int j = 0; j <= i; j++) {
-                float coef = cpu_dot(q, K + (int64_t)j * dk, dk) * decay(gam[i] - gam[j]);
-                cpu_axpy(o, coef, U + (int64_t)j * dv, dv);
-            }
         }
-        /* state carried to the next chunk */
+        float *O = a->out + r0 * ldo + (int64_t)h * dv;
+        rows_accumulate(vec, O, ldo, Q, dk, L, S, dv, 0, dk, dv);
+        lower_accumulate(vec, O, ldo, A, C, U, dv, L, 1, dv);
+        /* state carried to the next chunk: S_m = e^gam_{L-1} S_m + sum_j (k_j[m] e^(gam_{L-1} - gam_j)) V'_j, the
+         * coefficients transposed into W (free by now) */
         float eL = decay(gam[L - 1]);
         for (int j = 0; j < L; j++) e[j] = decay(gam[L - 1] - gam[j]);
-        for (int m = 0; m < dk; m++) {
-            float *Sm = S + (int64_t)m * dv;
-            cpu_scale(Sm, eL, dv);
-            for (int j = 0; j < L; j++) cpu_axpy(Sm, K[(int64_t)j * dk + m] * e[j], U + (int64_t)j * dv, dv);
-        }
+        for (int m = 0; m < dk; m++)
+            for (int j = 0; j < L; j++) W[(int64_t)m * C + j] = K[(int64_t)j * dk + m] * e[j];
+        cpu_scale(S, eL, (int64_t)dk * dv);
+        rows_accumulate(vec, S, dv, W, C, dk, U, dv, 0, L, dv);
         if (d->state_bf16) cpu_round_bf16(S, (int64_t)dk * dv); /* where a cut at this chunk would store it */
         t += L;
     }
 }
 
-CPU_SIMD_VARIANTS(chunked_head, chunked_head, (a, sq, h, S, scratch), const cpu_gdn_args *a, const qseq *sq, int h,
-                  float *S, float *scratch)
+#if defined(__x86_64__) && defined(__GNUC__)
+static void chunked_head_sse(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+    chunked_head(4, a, sq, h, S, scratch);
+}
+static CPU_TARGET_AVX2 void chunked_head_avx2(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+    chunked_head(8, a, sq, h, S, scratch);
+}
+static __attribute__((target("avx512f"))) void chunked_head_avx512(const cpu_gdn_args *a, const qseq *sq, int h,
+                                                                   float *S, float *scratch) {
+    chunked_head(16, a, sq, h, S, scratch);
+}
 
 void cpu_gdn_chunked_head(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-    chunked_head_simd(simd, a, sq, h, S, scratch);
+    if (simd >= CPU_SIMD_AVX512) chunked_head_avx512(a, sq, h, S, scratch);
+    else if (simd >= CPU_SIMD_AVX2) chunked_head_avx2(a, sq, h, S, scratch);
+    else chunked_head_sse(a, sq, h, S, scratch);
 }
+#else
+void cpu_gdn_chunked_head(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
+    (void)simd;
+    chunked_head(4, a, sq, h, S, scratch);
+}
+#endif

@@ -3,8 +3,8 @@
  * among them; weight rows of every layout they take (BF16 rows of all 65,536 bit patterns; 4- and 8-bit
  * AFFINE with F32, F16 and BF16 scales, groups 24 to 128, random bytes as codes). Then whole ops of a
  * backend with QUILL_CPU_SIMD=0 against one without (AVX-512's pairs where the CPU has AVX-512): the
- * matmul for every weight format and 1, 5 and 19 input rows, and the gated delta rule, chunked and
- * recurrent. NaNs compare as NaNs (which operand's payload an add keeps is the compiler's choice of
+ * matmul for every weight format and 1 to 5 and 19 input rows, and the gated delta rule, chunked and
+ * recurrent, on head sizes that fill the vector blocks and leave tails. NaNs compare as NaNs (which operand's payload an add keeps is the compiler's choice of
  * operand order). Skipped where the CPU has no AVX2, as the backend then never takes these forms. */
 #include <math.h>
 #include <stdio.h>
@@ -184,7 +184,9 @@ static void test_matmul_with_and_without(void **state) {
         } else {
             make_affine(&r, n_out, n_in, cases[f].bits, cases[f].group, QW_BF16, &W);
         }
-        for (int n = 1; n <= 19; n += n == 1 ? 4 : 14) {
+        static const int row_counts[] = {1, 2, 3, 4, 5, 19}; /* each fused count (1..4) and the scratch's */
+        for (size_t k = 0; k < sizeof row_counts / sizeof row_counts[0]; k++) {
+            const int n = row_counts[k];
             float *x = tfloats(n * n_in), *y0 = tfloats(n * n_out), *y1 = tfloats(n * n_out);
             trng_fill(&r, x, n * n_in, -1, 1);
             assert_ok(scalar->ops->matmul(scalar, x, n, &W, y0));
@@ -202,26 +204,21 @@ static void test_matmul_with_and_without(void **state) {
 }
 
 /* The gated delta rule, chunked (a prompt) and recurrent (decode rows), with and without QUILL_CPU_SIMD=0:
- * the same outputs and states, bit for bit (its loops are compiled once an instruction set). */
-static void test_gated_delta_with_and_without(void **state) {
-    (void)state;
-    require_avx2();
-    qbackend *scalar, *simd;
-    scalar_and_simd(&scalar, &simd);
-    trng r = {44};
-    const qgdn_dims d = {2, 4, 32, 24, 0, 0, NULL};
+ * the same outputs and states, bit for bit (its loops are compiled once an instruction set). Head sizes: small
+ * ones (the blocks' scalar tails only) and dk 128 / dv 72 (whole 16- and 32-column blocks and a tail). */
+static void gated_delta_case(qbackend *scalar, qbackend *simd, trng *r, qgdn_dims d) {
     const int64_t row = 2 * (int64_t)d.n_k_heads * d.k_dim + (int64_t)d.n_v_heads * d.v_dim;
     const int64_t s_floats = (int64_t)d.n_v_heads * d.k_dim * d.v_dim, n = 150;
     const qseq seqs[2] = {{0, 147, 30, 1}, {147, 3, 7, 0}}; /* a prompt over 3 chunks; 3 decode rows */
     float *qkv = tfloats(n * row), *g = tfloats(n * d.n_v_heads), *beta = tfloats(n * d.n_v_heads);
-    trng_fill(&r, qkv, n * row, -1.5f, 1.5f);
-    trng_fill(&r, g, n * d.n_v_heads, -2, 0);
-    trng_fill(&r, beta, n * d.n_v_heads, 0.01f, 0.99f);
+    trng_fill(r, qkv, n * row, -1.5f, 1.5f);
+    trng_fill(r, g, n * d.n_v_heads, -2, 0);
+    trng_fill(r, beta, n * d.n_v_heads, 0.01f, 0.99f);
     float *out0 = tfloats(n * d.n_v_heads * d.v_dim), *out1 = tfloats(n * d.n_v_heads * d.v_dim);
     float *S0[2], *S1[2];
     for (int k = 0; k < 2; k++) {
         S0[k] = tfloats(s_floats);
-        trng_fill(&r, S0[k], s_floats, -0.5f, 0.5f);
+        trng_fill(r, S0[k], s_floats, -0.5f, 0.5f);
         S1[k] = tcopy(S0[k], s_floats);
     }
     assert_ok(scalar->ops->gated_delta(scalar, qkv, g, beta, seqs, 2, S0, d, out0));
@@ -237,6 +234,16 @@ static void test_gated_delta_with_and_without(void **state) {
     free(beta);
     free(out0);
     free(out1);
+}
+
+static void test_gated_delta_with_and_without(void **state) {
+    (void)state;
+    require_avx2();
+    qbackend *scalar, *simd;
+    scalar_and_simd(&scalar, &simd);
+    trng r = {44};
+    gated_delta_case(scalar, simd, &r, (qgdn_dims){2, 4, 32, 24, 0, 0, NULL});
+    gated_delta_case(scalar, simd, &r, (qgdn_dims){1, 2, 128, 72, 0, 0, NULL});
     scalar->ops->destroy(scalar);
     simd->ops->destroy(simd);
 }
