@@ -16,7 +16,9 @@
  * output error fell from 4e-6 to 2.4e-7 (the recurrent rule's own is 4e-7). Each exponent is
  * formed in double, rounded to f32, then expf'd (decay()).
  * Scratch layout: gam [C] doubles first (the scratch is 64-byte aligned), then floats Q [C][dk],
- * K [C][dk], W [C][dk], V [C][dv], U [C][dv], A [C][C], beta [C], e [C], with C = CPU_GDN_CHUNK.
+ * K [C][dk], W [C][dk], V [C][dv], U [C][dv], A [C][C], beta [C], e [C], with C = CPU_GDN_CHUNK. Once
+ * the substitution is done A takes the outputs' coefficients and V takes W S; once V' is made W takes the state
+ * update's coefficients, transposed ([dk][C]).
  * Invariants: one thread owns the (seq, head) item, its S head and its output columns.
  * EXACT(chunk): the cut points depend only on absolute positions, so a prompt prefilled in pieces cut
  * at multiples of 64 runs the same arithmetic as in one piece. Equals the recurrent rule within
@@ -105,15 +107,14 @@ CPU_FORCE_INLINE void lower_accumulate(int vec, float *Y, int64_t ldy, const flo
 }
 
 /* cpu_dot's 8 lanes as one vector (two SSE registers in the SSE copy): lane l sums a[i] b[i] for i = l mod 8 in
- * order, the tail's elements going to lanes 0.., then cpu_lane_tree. So out[k] == cpu_dot(a, rows[j0 + k]) bit
+ * order, the tail's elements going to lanes 0.., then cpu_lane_tree. So out[k] == cpu_dot(a, rows[k]) bit
  * for bit; four rows at a time share a's loads and keep four sums going. */
 typedef float lanes8 __attribute__((vector_size(32)));
-CPU_FORCE_INLINE void dots_against(const float *a, const float *rows, int64_t ld, int j0, int count, int n,
-                                   float *out) {
+CPU_FORCE_INLINE void dots_against(const float *a, const float *rows, int64_t ld, int count, int n, float *out) {
     const int whole = n & ~7;
     for (int k = 0; k < count; k += 4) {
         const int in_group = count - k < 4 ? count - k : 4;
-        const float *b = rows + (int64_t)(j0 + k) * ld;
+        const float *b = rows + (int64_t)k * ld;
         lanes8 s[4] = {{0}};
         for (int i = 0; i < whole; i += 8) {
             lanes8 x;
@@ -165,7 +166,7 @@ CPU_FORCE_INLINE void chunked_head(int vec, const cpu_gdn_args *a, const qseq *s
         /* -A, strictly lower: A[i][j] = beta_i (k_i . k_j) e^(gam_i - gam_j), negated for the substitution */
         for (int i = 0; i < L; i++) {
             float *Ai = A + (int64_t)i * C;
-            dots_against(K + (int64_t)i * dk, K, dk, 0, i, dk, Ai);
+            dots_against(K + (int64_t)i * dk, K, dk, i, dk, Ai);
             for (int j = 0; j < i; j++) Ai[j] = -(bt[i] * Ai[j] * decay(gam[i] - gam[j]));
         }
         /* U = (I + A)^-1 beta V and W = (I + A)^-1 beta e^gam K by forward substitution: u_i -= a_ij u_j */
@@ -185,7 +186,7 @@ CPU_FORCE_INLINE void chunked_head(int vec, const cpu_gdn_args *a, const qseq *s
         /* outputs: O_i = (e^gam_i q_i) S + sum_{j <= i} (q_i . k_j) e^(gam_i - gam_j) V'_j; the coefficients in A */
         for (int i = 0; i < L; i++) {
             float *Pi = A + (int64_t)i * C, *q = Q + (int64_t)i * dk;
-            dots_against(q, K, dk, 0, i + 1, dk, Pi);
+            dots_against(q, K, dk, i + 1, dk, Pi);
             for (int j = 0; j <= i; j++) Pi[j] = Pi[j] * decay(gam[i] - gam[j]);
             const float eg = decay(gam[i]);
             for (int m = 0; m < dk; m++) q[m] = q[m] * eg;
