@@ -5,7 +5,8 @@
  * call), EXACT(draft) (k recurrent rows in one call equal k calls), EXACT(batch) (a seq alone vs with
  * two others, a pool of 1 vs 2 threads), all bit-identical. With a bf16 state (dims.state_bf16): the op equals the
  * f32 op with the state rounded to bf16 after every token (recurrent) or every 64-aligned chunk (chunked), so
- * EXACT(chunk) and EXACT(draft) hold as with f32, and its outputs stay close to f32's. */
+ * EXACT(chunk) and EXACT(draft) hold as with f32, and its outputs stay close to f32's. The chunked rule flushes
+ * subnormals and restores the caller's MXCSR. */
 #include <math.h>
 #include <stdio.h>
 
@@ -449,6 +450,47 @@ static void test_gdn_bad_arguments(void **state) {
     be->ops->destroy(be);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* The chunked rule flushes subnormals (MXCSR FTZ + DAZ) for its own arithmetic and gives the caller's MXCSR
+ * modes back. A state of subnormal values with v = 0 reads as zeros there, so every output and the new state are
+ * zeros; the recurrent rule keeps IEEE subnormals and gives tiny nonzero outputs from the same inputs. */
+static void test_chunked_flushes_subnormals(void **state) {
+    (void)state;
+    qbackend *be = tbackend(2);
+    trng r = {47};
+    const qgdn_dims d = {1, 2, 16, 16, 0, 0, NULL};
+    const int n = 70, row = 2 * 16 + 2 * 16;
+    const int64_t s_floats = 2 * 16 * 16;
+    float *qkv = tfloats(n * row), *g = tfloats(n * 2), *beta = tfloats(n * 2), *out = tfloats(n * 2 * 16);
+    trng_fill(&r, qkv, n * row, -1, 1);
+    for (int i = 0; i < n; i++) memset(qkv + i * row + 32, 0, 32 * sizeof(float)); /* v = 0 */
+    trng_fill(&r, g, n * 2, -0.5f, 0);
+    trng_fill(&r, beta, n * 2, 0.1f, 0.9f);
+    for (int chunked = 1; chunked >= 0; chunked--) {
+        float *S = tfloats(s_floats);
+        for (int64_t i = 0; i < s_floats; i++) S[i] = (i % 3 ? 1e-40f : -3e-41f);
+        assert_true(fpclassify(S[0]) == FP_SUBNORMAL);
+        const unsigned csr = _mm_getcsr();
+        const qseq sq = {0, n, 5, chunked};
+        assert_ok(be->ops->gated_delta(be, qkv, g, beta, &sq, 1, &S, d, out));
+        assert_int_equal(_mm_getcsr() & ~0x3fu, csr & ~0x3fu); /* the modes; bits 0..5 are sticky flags */
+        int nonzero = 0;
+        for (int i = 0; i < n * 2 * 16; i++) nonzero += out[i] != 0.0f;
+        for (int64_t i = 0; i < s_floats; i++) nonzero += S[i] != 0.0f;
+        if (chunked) assert_int_equal(nonzero, 0);
+        else assert_true(nonzero > 0);
+        free(S);
+    }
+    free(qkv);
+    free(g);
+    free(beta);
+    free(out);
+    be->ops->destroy(be);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_conv1d),
@@ -459,6 +501,9 @@ int main(void) {
         cmocka_unit_test(test_gdn_batch_and_threads),
         cmocka_unit_test(test_gated_delta_bf16_state),
         cmocka_unit_test(test_gdn_bad_arguments),
+#if defined(__x86_64__) && defined(__GNUC__)
+        cmocka_unit_test(test_chunked_flushes_subnormals),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
