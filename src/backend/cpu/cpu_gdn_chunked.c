@@ -28,7 +28,7 @@
  * EXACT(chunk): the cut points depend only on absolute positions, so a prompt prefilled in pieces cut
  * at multiples of 64 runs the same arithmetic as in one piece. Equals the recurrent rule within
  * 1e-5 of the output scale: tests/unit/backend/test_cpu_gdn.c (chunked_vs_recurrent). */
-#include "cpu_internal.h"
+#include "cpu_blocks.h"
 
 size_t cpu_gdn_chunked_scratch(qgdn_dims d) {
     const size_t C = CPU_GDN_CHUNK;
@@ -37,66 +37,6 @@ size_t cpu_gdn_chunked_scratch(qgdn_dims d) {
 
 /* e^x for a log-decay x <= 0 formed in double: rounded to f32, then expf */
 static float decay(double x) { return expf((float)x); }
-
-/* The rule's products are one form: Y[r][c] = Y[r][c] + X[r][m] * B[m][c] over m = m0..m1-1 in order, which is
- * what a run of cpu_axpy calls computes, element for element. Here it is blocked in registers: 4 rows of Y by
- * two vectors of columns stay in 8 registers while m runs, so B's row is loaded once for 4 rows and Y not at
- * all, where the axpy form loads and stores Y at every m. Each element's sums are the axpy form's, in its
- * order: the same bits at any block or vector width. The vectors are GCC vector extensions as wide as the
- * instruction set's registers (VEC is 4, 8 or 16 floats: SSE, AVX2, AVX-512), one kernel a width. */
-#define BLOCK_ROWS 4
-#define BLOCK_KERNEL(VEC)                                                                                          \
-    typedef float vec##VEC __attribute__((vector_size(4 * VEC)));                                                  \
-    CPU_FORCE_INLINE void block_accumulate_##VEC(float *Y, int64_t ldy, const float *X, int64_t ldx, int rows,     \
-                                                 const float *B, int64_t ldb, int m0, int m1) {                    \
-        vec##VEC acc[BLOCK_ROWS][2] = {{{0}}}; /* rows past `rows` stay unused */                                  \
-        _Pragma("GCC unroll 4") for (int r = 0; r < BLOCK_ROWS; r++) if (r < rows) {                               \
-            memcpy(&acc[r][0], Y + r * ldy, sizeof acc[r][0]);                                                     \
-            memcpy(&acc[r][1], Y + r * ldy + VEC, sizeof acc[r][1]);                                               \
-        }                                                                                                          \
-        for (int m = m0; m < m1; m++) {                                                                            \
-            vec##VEC b0, b1;                                                                                       \
-            memcpy(&b0, B + m * ldb, sizeof b0);                                                                   \
-            memcpy(&b1, B + m * ldb + VEC, sizeof b1);                                                             \
-            _Pragma("GCC unroll 4") for (int r = 0; r < BLOCK_ROWS; r++) if (r < rows) {                           \
-                const float x = X[r * ldx + m];                                                                    \
-                acc[r][0] = acc[r][0] + x * b0;                                                                    \
-                acc[r][1] = acc[r][1] + x * b1;                                                                    \
-            }                                                                                                      \
-        }                                                                                                          \
-        _Pragma("GCC unroll 4") for (int r = 0; r < BLOCK_ROWS; r++) if (r < rows) {                               \
-            memcpy(Y + r * ldy, &acc[r][0], sizeof acc[r][0]);                                                     \
-            memcpy(Y + r * ldy + VEC, &acc[r][1], sizeof acc[r][1]);                                               \
-        }                                                                                                          \
-    }
-BLOCK_KERNEL(4)
-BLOCK_KERNEL(8)
-BLOCK_KERNEL(16)
-
-/* One block of `rows` <= 4 rows by 2 * vec columns (vec a constant of each instruction set's copy). */
-CPU_FORCE_INLINE void block_accumulate(int vec, float *Y, int64_t ldy, const float *X, int64_t ldx, int rows,
-                                       const float *B, int64_t ldb, int m0, int m1) {
-    if (vec == 16) block_accumulate_16(Y, ldy, X, ldx, rows, B, ldb, m0, m1);
-    else if (vec == 8) block_accumulate_8(Y, ldy, X, ldx, rows, B, ldb, m0, m1);
-    else block_accumulate_4(Y, ldy, X, ldx, rows, B, ldb, m0, m1);
-}
-
-/* Y[r][0..n) += sum over m0 <= m < m1 of X[r][m] B[m][0..n), r < rows, in the axpy form's order and bits. Column
- * blocks outside, so a block's strip of B stays in L1 for every row. */
-CPU_FORCE_INLINE void rows_accumulate(int vec, float *Y, int64_t ldy, const float *X, int64_t ldx, int rows,
-                                      const float *B, int64_t ldb, int m0, int m1, int n) {
-    int c = 0;
-    for (; c + 2 * vec <= n; c += 2 * vec)
-        for (int r = 0; r < rows; r += BLOCK_ROWS) {
-            if (rows - r >= BLOCK_ROWS) /* the common case, with its row count a constant */
-                block_accumulate(vec, Y + r * ldy + c, ldy, X + r * ldx, ldx, BLOCK_ROWS, B + c, ldb, m0, m1);
-            else
-                block_accumulate(vec, Y + r * ldy + c, ldy, X + r * ldx, ldx, rows - r, B + c, ldb, m0, m1);
-        }
-    for (int r = 0; r < rows && c < n; r++)
-        for (int m = m0; m < m1; m++)
-            for (int cc = c; cc < n; cc++) Y[r * ldy + cc] += X[r * ldx + m] * B[m * ldb + cc];
-}
 
 /* Row i of Y (i < L) += sum over j < i (j <= i with inclusive) of X[i][j] Z[j], in j order. Z may be Y itself
  * (the forward substitution: rows j < i are final when row i takes them). Rows go in blocks of 4: a block takes
@@ -108,35 +48,6 @@ CPU_FORCE_INLINE void lower_accumulate(int vec, float *Y, int64_t ldy, const flo
         rows_accumulate(vec, Y + i0 * ldy, ldy, X + i0 * ldx, ldx, rows, Z, ldz, 0, i0, n);
         for (int r = 0; r < rows; r++)
             rows_accumulate(vec, Y + (i0 + r) * ldy, ldy, X + (i0 + r) * ldx, ldx, 1, Z, ldz, i0, i0 + r + inclusive, n);
-    }
-}
-
-/* cpu_dot's 8 lanes as one vector (two SSE registers in the SSE copy): lane l sums a[i] b[i] for i = l mod 8 in
- * order, the tail's elements going to lanes 0.., then cpu_lane_tree. So out[k] == cpu_dot(a, rows[k]) bit
- * for bit; four rows at a time share a's loads and keep four sums going. */
-typedef float lanes8 __attribute__((vector_size(32)));
-CPU_FORCE_INLINE void dots_against(const float *a, const float *rows, int64_t ld, int count, int n, float *out) {
-    const int whole = n & ~7;
-    for (int k = 0; k < count; k += 4) {
-        const int in_group = count - k < 4 ? count - k : 4;
-        const float *b = rows + (int64_t)k * ld;
-        lanes8 s[4] = {{0}};
-        for (int i = 0; i < whole; i += 8) {
-            lanes8 x;
-            memcpy(&x, a + i, sizeof x);
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                lanes8 y;
-                memcpy(&y, b + (g < in_group ? g : 0) * ld + i, sizeof y); /* a short group repeats row 0 */
-                s[g] = s[g] + x * y;
-            }
-        }
-        for (int g = 0; g < in_group; g++) {
-            float l[8];
-            memcpy(l, &s[g], sizeof l);
-            for (int i = whole; i < n; i++) l[i - whole] += a[i] * b[g * ld + i];
-            out[k + g] = cpu_lane_tree(l);
-        }
     }
 }
 
@@ -214,19 +125,11 @@ CPU_FORCE_INLINE void chunked_head(int vec, const cpu_gdn_args *a, const qseq *s
     }
 }
 
+CPU_VEC_VARIANTS(chunked_head, chunked_head, (a, sq, h, S, scratch), const cpu_gdn_args *a, const qseq *sq, int h,
+                 float *S, float *scratch)
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-
-static void chunked_head_sse(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-    chunked_head(4, a, sq, h, S, scratch);
-}
-static CPU_TARGET_AVX2 void chunked_head_avx2(const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-    chunked_head(8, a, sq, h, S, scratch);
-}
-static __attribute__((target("avx512f"))) void chunked_head_avx512(const cpu_gdn_args *a, const qseq *sq, int h,
-                                                                   float *S, float *scratch) {
-    chunked_head(16, a, sq, h, S, scratch);
-}
 
 /* MXCSR's flush-to-zero (bit 15) and denormals-are-zero (bit 6); bits 0..5 are the sticky exception flags,
  * which the arithmetic inside may raise and keeps. */
@@ -236,14 +139,11 @@ static __attribute__((target("avx512f"))) void chunked_head_avx512(const cpu_gdn
 void cpu_gdn_chunked_head(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
     const unsigned csr = _mm_getcsr();
     _mm_setcsr(csr | CSR_FLUSH_SUBNORMALS);
-    if (simd >= CPU_SIMD_AVX512) chunked_head_avx512(a, sq, h, S, scratch);
-    else if (simd >= CPU_SIMD_AVX2) chunked_head_avx2(a, sq, h, S, scratch);
-    else chunked_head_sse(a, sq, h, S, scratch);
+    chunked_head_simd(simd, a, sq, h, S, scratch);
     _mm_setcsr((csr & ~CSR_FLAGS) | (_mm_getcsr() & CSR_FLAGS));
 }
 #else
 void cpu_gdn_chunked_head(int simd, const cpu_gdn_args *a, const qseq *sq, int h, float *S, float *scratch) {
-    (void)simd;
-    chunked_head(4, a, sq, h, S, scratch);
+    chunked_head_simd(simd, a, sq, h, S, scratch);
 }
 #endif

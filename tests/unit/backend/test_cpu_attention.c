@@ -1,7 +1,7 @@
 /* test_cpu_attention.c: the CPU backend's causal GQA attention against a naive double reference,
  * with f32 and bf16 K/V caches: a bf16 cache holds each written value rounded to nearest even (checked
  * against a rounding written here) and attends exactly as an f32 cache holding the rounded rows does.
- * EXACT(batch): a seq alone vs with two others, and pools of 1, 2 and 16 threads, bit-identical. */
+ * EXACT(batch): a seq alone vs with two others, and pools of 1, 2 and 32 threads, bit-identical. */
 #include <math.h>
 #include <stdio.h>
 
@@ -115,6 +115,58 @@ static void test_attention(void **state) {
     be->ops->destroy(be);
 }
 
+/* Past one tile of cached positions (the op widens 64 at a time): a seq at positions 130..132, one K/V head of
+ * four q heads, dim 36 (vector blocks and a tail), f32 and bf16 caches, against the double reference; pools of
+ * 1 and 32 threads (one item for the four heads, and one a head) give the same bits. */
+static void test_attention_long_context(void **state) {
+    (void)state;
+    enum { NQ = 4, DIM = 36, POS0 = 130, ROWS = 3, CTX = 160 };
+    trng r = {12};
+    float *q = tfloats(ROWS * NQ * DIM), *k = tfloats(ROWS * DIM), *v = tfloats(ROWS * DIM);
+    float *kc = tfloats(CTX * DIM), *vc = tfloats(CTX * DIM), *out[2] = {tfloats(ROWS * NQ * DIM), tfloats(ROWS * NQ * DIM)};
+    uint16_t *kh = tcalloc(CTX * DIM, sizeof(uint16_t)), *vh = tcalloc(CTX * DIM, sizeof(uint16_t));
+    trng_fill(&r, q, ROWS * NQ * DIM, -1, 1);
+    trng_fill(&r, k, ROWS * DIM, -1, 1);
+    trng_fill(&r, v, ROWS * DIM, -1, 1);
+    const float scale = 1.0f / 6.0f;
+    const qseq sq = {0, ROWS, POS0, 0};
+    double *sc = tcalloc(CTX, sizeof(double));
+    for (int fi = 0; fi < 2; fi++) {
+        const qwfmt fmt = fi ? QW_BF16 : QW_F32;
+        for (int b = 0; b < 2; b++) {
+            trng cr = {13}; /* the same history for both pools */
+            trng_fill(&cr, kc, CTX * DIM, -1, 1);
+            trng_fill(&cr, vc, CTX * DIM, -1, 1);
+            for (int i = 0; i < CTX * DIM; i++) kh[i] = ref_bf16(kc[i]), vh[i] = ref_bf16(vc[i]);
+            qbackend *be = tbackend(b ? 32 : 1);
+            void *kcp = fi ? (void *)kh : (void *)kc, *vcp = fi ? (void *)vh : (void *)vc;
+            assert_ok(be->ops->attention(be, q, k, v, &sq, 1, &kcp, &vcp, fmt, NQ, 1, DIM, scale, out[b]));
+            be->ops->destroy(be);
+        }
+        assert_bits_equal(out[1], out[0], ROWS * NQ * DIM);
+        for (int t = 0; t < ROWS; t++)
+            for (int h = 0; h < NQ; h++) {
+                const int p = POS0 + t;
+                const float *qh = q + (t * NQ + h) * DIM;
+                double m = -INFINITY, sum = 0, want[DIM] = {0};
+                for (int j = 0; j <= p; j++) {
+                    double d = 0;
+                    for (int i = 0; i < DIM; i++)
+                        d += (double)qh[i] * (fi ? cpu_bf16_to_f32(kh[j * DIM + i]) : kc[j * DIM + i]);
+                    sc[j] = d * scale;
+                    if (sc[j] > m) m = sc[j];
+                }
+                for (int j = 0; j <= p; j++) sum += (sc[j] = exp(sc[j] - m));
+                for (int j = 0; j <= p; j++)
+                    for (int i = 0; i < DIM; i++)
+                        want[i] += sc[j] / sum * (fi ? cpu_bf16_to_f32(vh[j * DIM + i]) : vc[j * DIM + i]);
+                double err = tmax_diff(out[0] + (t * NQ + h) * DIM, want, DIM, NULL);
+                if (!(err < 1e-5)) fail_msg("long context (%s) row %d head %d: err %g", fi ? "bf16" : "f32", t, h, err);
+            }
+    }
+    free(q); free(k); free(v); free(kc); free(vc); free(out[0]); free(out[1]); free(kh); free(vh); free(sc);
+}
+
 /* A bf16 cache: the new rows land rounded to nearest even (every other value untouched), and the output
  * is bitwise that of an f32 cache holding the rounded history and the rounded rows. */
 static void test_attention_bf16_cache(void **state) {
@@ -177,11 +229,11 @@ static void test_attention_batch_invariant(void **state) {
     be->ops->destroy(be);
 }
 
-/* pools of 1, 2 and 16 threads give the same bits, f32 and bf16 (16 threads also cut the items finer: one q head
+/* pools of 1, 2 and 32 threads give the same bits, f32 and bf16 (32 threads also cut the items finer: one q head
  * an item instead of both of a K/V head's) */
 static void test_attention_thread_count_invariant(void **state) {
     (void)state;
-    const int threads[3] = {1, 2, 16};
+    const int threads[3] = {1, 2, 32};
     for (int fi = 0; fi < 2; fi++) {
         const qwfmt fmt = fi ? QW_BF16 : QW_F32;
         attn_case c[3];
@@ -216,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_attention_bf16_cache),
         cmocka_unit_test(test_attention_batch_invariant),
         cmocka_unit_test(test_attention_thread_count_invariant),
+        cmocka_unit_test(test_attention_long_context),
         cmocka_unit_test(test_attention_bad_arguments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
