@@ -5,16 +5,16 @@
  * 1 / theta^((2j)/rot) formed as HF does in f32 (the exponent and the quotient in f32; pow, cos and
  * sin in double, rounded to f32, which is what a correctly rounded f32 libm gives):
  * x1' = x1*cos - x2*sin, x2' = x2*cos + x1*sin. Dims rot..head_dim pass through.
- * Attention: for each seq, first copy its k, v rows into the caches at pos0.., then each (row, q
- * head) item computes scores s_j = dot(q, k_j) * scale for j = 0..p (cpu_dot), softmax with max
- * subtraction (exp in f32, the sum in double, p_j = e_j / sum in f32), and out = sum_j p_j v_j
- * accumulated in f32 in ascending j.
+ * Attention: for each seq, first copy its k, v rows into the caches at pos0.., then each q head of each
+ * row computes scores s_j = dot(q, k_j) * scale for j = 0..p (cpu_dot), softmax with max subtraction
+ * (exp in f32, the sum in double, p_j = e_j / sum in f32), and out = sum_j p_j v_j accumulated in f32
+ * in ascending j. An item is a row and a run of q heads sharing a K/V head (attn_items).
  * Layout: q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] of f32 or bf16 (rows
  * rounded to nearest even as they are written, widened as they are read); q head h reads kv head
  * h / (n_q / n_kv). Invariants: all cache writes of the call finish before any read; the caller
  * guarantees every cache holds pos0 + n_rows positions.
  * EXACT(batch): an item's arithmetic depends only on its own q row and its seq's cache, never on the
- * other seqs or the thread count; tests/unit/backend/test_cpu_ops.c (attention_batch_invariant). */
+ * other seqs or the thread count; tests/unit/backend/test_cpu_attention.c (batch, thread counts). */
 #include <string.h>
 
 #include "cpu_blocks.h"
@@ -113,7 +113,8 @@ CPU_FORCE_INLINE const float *kv_tile(const void *cache, qwfmt fmt, int64_t row_
         for (int i = 0; i < count; i++)
             widen_bf16(rows + i * row_bytes + (int64_t)kvh * dim * 2, tile + (int64_t)i * dim, dim);
     } else {
-        for (int i = 0; i < count; i++) qkv_decode_head(fmt, rows + i * row_bytes, n_kv, dim, kvh, tile + (int64_t)i * dim);
+        for (int i = 0; i < count; i++)
+            qkv_decode_head(fmt, rows + i * row_bytes, n_kv, dim, kvh, tile + (int64_t)i * dim);
     }
     return tile;
 }

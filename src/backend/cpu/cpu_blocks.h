@@ -8,9 +8,9 @@
 #include "cpu_internal.h"
 
 /* Y[r][c] = Y[r][c] + X[r][m] * B[m][c] over m = m0..m1-1 in order: what a run of cpu_axpy calls computes,
- * element for element (the chunked rule's products, attention's weighted sum of values). Here it is blocked in registers: 4 rows of Y by
- * two vectors of columns stay in 8 registers while m runs, so B's row is loaded once for 4 rows and Y not at
- * all, where the axpy form loads and stores Y at every m. Each element's sums are the axpy form's, in its
+ * element for element (the chunked rule's products, attention's weighted sum of values). Here it is blocked in
+ * registers: 4 rows of Y by two vectors of columns stay in 8 registers while m runs, so B's row is loaded once for
+ * 4 rows and Y not at all, where the axpy form loads and stores Y at every m. Each element's sums are the axpy form's, in its
  * order: the same bits at any block or vector width. The vectors are GCC vector extensions as wide as the
  * instruction set's registers (VEC is 4, 8 or 16 floats: SSE, AVX2, AVX-512), one kernel a width. */
 #define BLOCK_ROWS 4
@@ -100,20 +100,21 @@ CPU_FORCE_INLINE void dots_against(const float *a, const float *rows, int64_t ld
  * widest the level allows taken. ARGS is the parenthesised argument list, as for CPU_SIMD_VARIANTS. */
 #define CPU_SPLICE_(...) __VA_ARGS__
 #if defined(__x86_64__) && defined(__GNUC__)
-#define CPU_VEC_VARIANTS(name, body, ARGS, ...)                                                                   \
-    static void name##_sse(__VA_ARGS__) { body(4, CPU_SPLICE_ ARGS); }                                                       \
-    static CPU_TARGET_AVX2 void name##_avx2(__VA_ARGS__) { body(8, CPU_SPLICE_ ARGS); }                                      \
-    static __attribute__((target("avx512f"))) void name##_avx512(__VA_ARGS__) { body(16, CPU_SPLICE_ ARGS); }              \
-    static void name##_simd(int simd, __VA_ARGS__) {                                                            \
-        if (simd >= CPU_SIMD_AVX512) name##_avx512 ARGS;                                                        \
-        else if (simd >= CPU_SIMD_AVX2) name##_avx2 ARGS;                                                       \
-        else name##_sse ARGS;                                                                                   \
+#define CPU_TARGET_AVX512 __attribute__((target("avx512f")))
+#define CPU_VEC_VARIANTS(name, body, ARGS, ...)                                                     \
+    static void name##_sse(__VA_ARGS__) { body(4, CPU_SPLICE_ ARGS); }                              \
+    static CPU_TARGET_AVX2 void name##_avx2(__VA_ARGS__) { body(8, CPU_SPLICE_ ARGS); }             \
+    static CPU_TARGET_AVX512 void name##_avx512(__VA_ARGS__) { body(16, CPU_SPLICE_ ARGS); }        \
+    static void name##_simd(int simd, __VA_ARGS__) {                                                \
+        if (simd >= CPU_SIMD_AVX512) name##_avx512 ARGS;                                            \
+        else if (simd >= CPU_SIMD_AVX2) name##_avx2 ARGS;                                           \
+        else name##_sse ARGS;                                                                       \
     }
 #else
-#define CPU_VEC_VARIANTS(name, body, ARGS, ...)                                                                   \
-    static void name##_simd(int simd, __VA_ARGS__) {                                                            \
-        (void)simd;                                                                                              \
-        body(4, CPU_SPLICE_ ARGS);                                                                                        \
+#define CPU_VEC_VARIANTS(name, body, ARGS, ...)                                                     \
+    static void name##_simd(int simd, __VA_ARGS__) {                                                \
+        (void)simd;                                                                                 \
+        body(4, CPU_SPLICE_ ARGS);                                                                  \
     }
 #endif
 

@@ -47,7 +47,8 @@ CPU_FORCE_INLINE void lower_accumulate(int vec, float *Y, int64_t ldy, const flo
         const int rows = L - i0 < BLOCK_ROWS ? L - i0 : BLOCK_ROWS;
         rows_accumulate(vec, Y + i0 * ldy, ldy, X + i0 * ldx, ldx, rows, Z, ldz, 0, i0, n);
         for (int r = 0; r < rows; r++)
-            rows_accumulate(vec, Y + (i0 + r) * ldy, ldy, X + (i0 + r) * ldx, ldx, 1, Z, ldz, i0, i0 + r + inclusive, n);
+            rows_accumulate(vec, Y + (i0 + r) * ldy, ldy, X + (i0 + r) * ldx, ldx, 1, Z, ldz, i0, i0 + r + inclusive,
+                            n);
     }
 }
 

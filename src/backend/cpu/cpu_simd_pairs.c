@@ -5,10 +5,10 @@
  * output has the scalar form's bits (test_cpu_simd), and the multiplies and adds are half as many.
  *
  * Up to 4 input rows (decode, a few streams): the pair's codes become f32 weights in registers and meet every
- * row at once, with no scratch. More input rows (prefill, many streams): a quad of 8 weight rows is dequantized into scratch
- * as pairs, chunk-interleaved ([n_in / 8][2][8] floats a pair), and every input row runs over it while it
- * is in L1 (32 KiB at n_in 1024). Four pairs go at once, each with its own sum, so that no add waits for
- * the one before; rows missing at the end of a range are stood in for by the last row, their outputs
+ * row at once, with no scratch. More input rows (prefill, many streams): a quad of 8 weight rows is dequantized
+ * into scratch as pairs, chunk-interleaved ([n_in / 8][2][8] floats a pair), and every input row runs over it
+ * while it is in L1 (32 KiB at n_in 1024). Four pairs go at once, each with its own sum, so that no add waits
+ * for the one before; rows missing at the end of a range are stood in for by the last row, their outputs
  * dropped.
  * Takes 4- and 8-bit AFFINE and BF16 weights with n_in % 8 == 0 (cpu_pairs_take); the rest stay with
  * cpu_matmul.c's blocks. Not here: the choice of the level (cpu_simd.c), threads (cpu_matmul.c). */

@@ -123,7 +123,8 @@ static void test_attention_long_context(void **state) {
     enum { NQ = 4, DIM = 36, POS0 = 130, ROWS = 3, CTX = 160 };
     trng r = {12};
     float *q = tfloats(ROWS * NQ * DIM), *k = tfloats(ROWS * DIM), *v = tfloats(ROWS * DIM);
-    float *kc = tfloats(CTX * DIM), *vc = tfloats(CTX * DIM), *out[2] = {tfloats(ROWS * NQ * DIM), tfloats(ROWS * NQ * DIM)};
+    float *kc = tfloats(CTX * DIM), *vc = tfloats(CTX * DIM);
+    float *out[2] = {tfloats(ROWS * NQ * DIM), tfloats(ROWS * NQ * DIM)};
     uint16_t *kh = tcalloc(CTX * DIM, sizeof(uint16_t)), *vh = tcalloc(CTX * DIM, sizeof(uint16_t));
     trng_fill(&r, q, ROWS * NQ * DIM, -1, 1);
     trng_fill(&r, k, ROWS * DIM, -1, 1);
