@@ -134,7 +134,9 @@ static int run_chat(const qtokenizer *tok, const char *dir, const char *req_path
     if (want_ids || pieces) {
         int32_t *ids;
         size_t n;
-        if (chat_prompt_ids(tok, t, req, &ids, &n)) {
+        qstatus st = chat_prompt_ids(tok, t, req, &ids, &n);
+        if (st) {
+            if (st != Q_ENOMEM) q_wrap(st, "%s", chat_template_origin(t));
             fail(req_path);
             goto out;
         }
@@ -146,7 +148,9 @@ static int run_chat(const qtokenizer *tok, const char *dir, const char *req_path
         free(ids);
     } else {
         char *text;
-        if (chat_render(t, req, &text)) {
+        qstatus st = chat_render(t, req, &text);
+        if (st) {
+            if (st != Q_ENOMEM) q_wrap(st, "%s", chat_template_origin(t));
             fail(req_path);
             goto out;
         }

@@ -52,8 +52,8 @@ static qstatus check_2d(const st_tensor *t, int64_t rows, int64_t cols, const ch
     }
     size_t n = strlen(got);
     snprintf(got + n, sizeof got - n, "]");
-    return q_fail(Q_EFORMAT, "%s: tensor %s: shape %s, expected [%lld, %lld]%s", t->file, t->name, got,
-                  (long long)rows, (long long)cols, why);
+    return q_fail(Q_EFORMAT, "%s: tensor %s: shape %s, expected [%lld, %lld]%s by config.json", t->file, t->name,
+                  got, (long long)rows, (long long)cols, why);
 }
 
 /* bits and group of an affine Linear at `module` [n_out][n_in], from config.json, cross-checked
@@ -154,8 +154,8 @@ static qstatus load_vec(wload *c, const char *name, int64_t n, int zero_centred,
     const st_tensor *t;
     Q_TRY(weights_need(c, name, &t));
     if (t->n_dims != 1 || t->shape[0] != n)
-        return q_fail(Q_EFORMAT, "%s: tensor %s: %d dims of first size %lld, expected [%lld]", t->file, name,
-                      t->n_dims, (long long)(t->n_dims ? t->shape[0] : 0), (long long)n);
+        return q_fail(Q_EFORMAT, "%s: tensor %s: %d dims of first size %lld, expected [%lld] by config.json", t->file,
+                      name, t->n_dims, (long long)(t->n_dims ? t->shape[0] : 0), (long long)n);
     return upload_f32(c, t, n, zero_centred && !c->norms_plus_one, out);
 }
 
@@ -167,7 +167,8 @@ static qstatus load_conv(wload *c, const char *name, int64_t C, int64_t K, float
               ((t->shape[1] == 1 && t->shape[2] == K) || (t->shape[1] == K && t->shape[2] == 1))) ||
              (t->n_dims == 2 && t->shape[0] == C && t->shape[1] == K);
     if (!ok)
-        return q_fail(Q_EFORMAT, "%s: tensor %s: unexpected shape, expected [%lld, 1, %lld] or [%lld, %lld, 1]",
+        return q_fail(Q_EFORMAT,
+                      "%s: tensor %s: unexpected shape, expected [%lld, 1, %lld] or [%lld, %lld, 1] by config.json",
                       t->file, name, (long long)C, (long long)K, (long long)C, (long long)K);
     return upload_f32(c, t, C * K, 0, out);
 }

@@ -35,8 +35,13 @@ qstatus weights_name(const wload *c, char *buf, size_t cap, int layer, const cha
 
 qstatus weights_need(const wload *c, const char *name, const st_tensor **out) {
     *out = st_find(c->st, name);
-    if (!*out) return q_fail(Q_EFORMAT, "%s: missing tensor %s", c->dir, name);
-    return Q_OK;
+    if (*out) return Q_OK;
+    /* name the file(s) it was looked for in: the checkpoint's one file, or its shards */
+    const char *file = st_count(c->st) ? st_at(c->st, 0)->file : NULL;
+    for (int i = 1; file && i < st_count(c->st); i++)
+        if (strcmp(st_at(c->st, i)->file, file)) file = NULL;
+    if (file) return q_fail(Q_EFORMAT, "%s: missing tensor %s", file, name);
+    return q_fail(Q_EFORMAT, "%s: missing tensor %s (in none of its safetensors files)", c->dir, name);
 }
 
 static qstatus detect_prefix(wload *c) {
@@ -73,14 +78,17 @@ qstatus qwen35_norms_plus_one(const st_set *set, const char *dir, int *out) {
         float *v = malloc((size_t)(k > 0 ? k : 1) * sizeof *v);
         if (!v) return q_fail(Q_ENOMEM, "%s: out of memory", dir);
         qstatus st = st_read_f32(t, v, k);
-        for (int64_t e = 0; e < k && !st; e++) sum += v[e];
+        double tensor_sum = 0;
+        for (int64_t e = 0; e < k && !st; e++) tensor_sum += v[e];
         free(v);
         if (st) return st;
+        if (tensor_sum != tensor_sum || tensor_sum - tensor_sum != 0) /* NaN, or an infinity */
+            return q_fail(Q_EFORMAT, "%s: tensor %s: not finite (NaN or infinity among its values)", t->file, t->name);
+        sum += tensor_sum;
         count += k;
     }
     if (count == 0) return q_fail(Q_EFORMAT, "%s: no input_layernorm weights", dir);
     double mean = sum / (double)count;
-    if (mean != mean) return q_fail(Q_EFORMAT, "%s: input_layernorm weights contain NaN", dir);
     *out = mean > 0.5;
     q_debug("%s: input_layernorm mean %.4f: norms stored as %s", dir, mean, *out ? "1+w" : "w");
     return Q_OK;

@@ -14,6 +14,7 @@
 
 struct chat_template {
     jinja_tmpl *tmpl;
+    char origin[4096];   /* the file the template came from (empty: given as source) */
     int content_as_list; /* the template loops over message content ("openai" content format) */
     json_t *special;     /* {bos_token: "...", ...}: the special tokens given as strings */
 };
@@ -43,6 +44,8 @@ qstatus chat_template_from_source(const char *source, chat_template **out) {
     return from_source(source, strlen(source), NULL, out);
 }
 
+const char *chat_template_origin(const chat_template *t) { return t->origin[0] ? t->origin : "chat template"; }
+
 void chat_template_free(chat_template *t) {
     if (!t) return;
     jinja_free(t->tmpl);
@@ -56,6 +59,7 @@ qstatus chat_template_load_dir(const char *dir, chat_template **out) {
     char *file = NULL;
     size_t n = 0;
     const char *src = NULL;
+    char origin[4096] = "";
     qstatus rc = Q_OK;
     if (!special) return q_fail(Q_ENOMEM, "chat template: out of memory");
     if ((rc = q_path_join(path, sizeof path, dir, "tokenizer_config.json"))) goto out;
@@ -76,6 +80,7 @@ qstatus chat_template_load_dir(const char *dir, chat_template **out) {
             }
         }
         json_t *ct = json_object_get(cfg, "chat_template");
+        snprintf(origin, sizeof origin, "%s", path);
         if (json_is_string(ct)) {
             src = json_string_value(ct), n = json_string_length(ct);
         } else if (json_is_array(ct)) {
@@ -99,6 +104,7 @@ qstatus chat_template_load_dir(const char *dir, chat_template **out) {
     if (q_file_exists(path)) {
         if ((rc = q_read_file(path, &file, &n))) goto out;
         src = file;
+        snprintf(origin, sizeof origin, "%s", path);
     }
     if (!src) {
         rc = q_fail(Q_EFORMAT, "%s: no chat template (neither tokenizer_config.json's chat_template nor chat_template.jinja)", dir);
@@ -106,7 +112,8 @@ qstatus chat_template_load_dir(const char *dir, chat_template **out) {
     }
     rc = from_source(src, n, special, out);
     special = NULL;
-    if (rc) q_wrap(rc, "%s", dir);
+    if (rc) q_wrap(rc, "%s", origin);
+    else snprintf((*out)->origin, sizeof (*out)->origin, "%s", origin);
 out:
     json_decref(special);
     json_decref(cfg);
