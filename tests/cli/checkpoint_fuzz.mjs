@@ -46,7 +46,8 @@ function damageSafetensors(buf) {
     const field = pick(['dtype', 'shape', 'data_offsets', 'delete']);
     if (field === 'delete') delete header[pick(names)];
     else if (field === 'dtype') t.dtype = pick(['F64', 'I8', 'U8', 'BOOL', 'F8_E4M3', '', 'bf16', strange()]);
-    else if (field === 'shape') t.shape = pick([[], [0], [1, 1, 1, 1, 1], [-1, 4], [2 ** 31, 2], t.shape.map(() => strange())]);
+    else if (field === 'shape')
+      t.shape = pick([[], [0], [1, 1, 1, 1, 1], [-1, 4], [2 ** 31, 2], t.shape.map(() => strange())]);
     else t.data_offsets = pick([[0, 0], [5, 1], [0, 2 ** 40], [t.data_offsets[0] + 2, t.data_offsets[1] + 2], 'x']);
     let text = Buffer.from(JSON.stringify(header), 'utf8');
     const pad = Buffer.alloc((8 - (text.length % 8)) % 8, 0x20);
@@ -119,5 +120,6 @@ try {
 } finally {
   fs.rmSync(tmp, { recursive: true, force: true });
 }
-console.log(`checkpoint fuzz (seed ${seed}, ${count} cases): ${refused} refused naming the file, ${loaded} loaded, ${failures} failures`);
+console.log(`checkpoint fuzz (seed ${seed}, ${count} cases): ${refused} refused naming the file, ${loaded} loaded, ` +
+            `${failures} failures`);
 process.exit(failures ? 1 : 0);

@@ -10,9 +10,9 @@
 /* Y[r][c] = Y[r][c] + X[r][m] * B[m][c] over m = m0..m1-1 in order: what a run of cpu_axpy calls computes,
  * element for element (the chunked rule's products, attention's weighted sum of values). Here it is blocked in
  * registers: 4 rows of Y by two vectors of columns stay in 8 registers while m runs, so B's row is loaded once for
- * 4 rows and Y not at all, where the axpy form loads and stores Y at every m. Each element's sums are the axpy form's, in its
- * order: the same bits at any block or vector width. The vectors are GCC vector extensions as wide as the
- * instruction set's registers (VEC is 4, 8 or 16 floats: SSE, AVX2, AVX-512), one kernel a width. */
+ * 4 rows and Y not at all, where the axpy form loads and stores Y at every m. Each element's sums are the axpy
+ * form's, in its order: the same bits at any block or vector width. The vectors are GCC vector extensions as wide
+ * as the instruction set's registers (VEC is 4, 8 or 16 floats: SSE, AVX2, AVX-512), one kernel a width. */
 #define BLOCK_ROWS 4
 #define BLOCK_KERNEL(VEC)                                                                                          \
     typedef float vec##VEC __attribute__((vector_size(4 * VEC)));                                                  \
