@@ -100,6 +100,20 @@ CPU_FORCE_INLINE void widen_bf16(const unsigned char *src, float *dst, int n) {
     for (; d < n; d++) dst[d] = cpu_bf16_to_f32(cpu_load_u16(src + 2 * d));
 }
 
+/* n int8 codes times the row's scale, 8 at a time: qkv_decode_head's (float)code * scale. */
+typedef int8_t i8x8 __attribute__((vector_size(8)));
+typedef float f32x8 __attribute__((vector_size(32)));
+CPU_FORCE_INLINE void widen_q8(const unsigned char *codes, float scale, float *dst, int n) {
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        i8x8 c;
+        memcpy(&c, codes + d, sizeof c);
+        const f32x8 w = __builtin_convertvector(c, f32x8) * scale;
+        memcpy(dst + d, &w, sizeof w);
+    }
+    for (; d < n; d++) dst[d] = (float)(int8_t)codes[d] * scale;
+}
+
 /* Head kvh of cache positions k0..k0+count-1 as rows of dim f32 values, *ld apart: the cache itself (f32) or the
  * rows widened into tile. */
 CPU_FORCE_INLINE const float *kv_tile(const void *cache, qwfmt fmt, int64_t row_bytes, int64_t k0, int count, int n_kv,
@@ -112,6 +126,13 @@ CPU_FORCE_INLINE const float *kv_tile(const void *cache, qwfmt fmt, int64_t row_
     } else if (fmt == QW_BF16) {
         for (int i = 0; i < count; i++)
             widen_bf16(rows + i * row_bytes + (int64_t)kvh * dim * 2, tile + (int64_t)i * dim, dim);
+    } else if (fmt == QW_Q8) { /* a row: n_kv * dim codes, then n_kv f32 scales */
+        for (int i = 0; i < count; i++) {
+            const unsigned char *row = rows + i * row_bytes;
+            float scale;
+            memcpy(&scale, row + (int64_t)n_kv * dim + 4 * (int64_t)kvh, sizeof scale);
+            widen_q8(row + (int64_t)kvh * dim, scale, tile + (int64_t)i * dim, dim);
+        }
     } else {
         for (int i = 0; i < count; i++)
             qkv_decode_head(fmt, rows + i * row_bytes, n_kv, dim, kvh, tile + (int64_t)i * dim);
