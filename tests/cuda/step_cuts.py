@@ -18,10 +18,7 @@ Cuts (the one-row decode matmul is cuda_gemv.cuh's gt_block, 4-bit split mode):
               waits (4-bit weights are tiled, cuda_q4_tiled.cuh, so a warp's slice is one run of bytes)
   l2post[=N]  the same right after the wait, while the block stages x (the op before's loads are done by then)
 
-Not a cut (the values stay right), tried the same way:
-  nw_l1       before it waits, the block sends the norm weights its staging reads (a normalised x's, or the gated
-              norm's) to L1, so that staging has one L2 round trip after the wait, not two (x and the norm's sums,
-              then the weights)
+(nw_l1, the norm weights sent to L1 before the wait, was tried this way and is now in the tree: gt_block.)
 """
 import os
 import re
@@ -52,15 +49,7 @@ L2_PREFETCH = '''    if (Q && P.wact && (threadIdx.x & 31) == 0 && P.us > D) /* 
 '''
 WAIT = '''    wait(); /* x, the partials and the tickets are the previous ops' */
 '''
-# before the wait: thread i's item (unit i / 4 of the slice, lane t = i % 4) of row 0; the norm weights depend on
-# nothing, and every row of the block reads the same ones
-NW_L1 = '''    if constexpr (!PRE && (IN == GT_IN_NORM || IN == GT_IN_GNORM)) { /* step_cuts nw_l1 */
-        const int64_t k = (P.ub + ((int)threadIdx.x >> 2)) * C::UK + (threadIdx.x & 3) * C::EPT;
-        const float *nw = IN == GT_IN_NORM ? job.in.nw : job.in.glu.norm_w;
-        const int64_t at = IN == GT_IN_NORM ? k : k % job.in.glu.dim;
-        if (nw && (int)threadIdx.x < 4 * us) asm volatile("prefetch.global.L1 [%0];\\n" ::"l"(nw + at));
-    }
-'''
+
 
 def replace_once(text, old, new, cut):
     if text.count(old) != 1:
@@ -99,8 +88,6 @@ def apply(tree, cut, files):
             files[GEMV] = replace_once(g, L2PRE_OLD, L2PRE_OLD + code, cut)
         else:
             files[GEMV] = replace_once(g, WAIT, WAIT + code, cut)
-    elif name == 'nw_l1' and not arg:
-        files[GEMV] = replace_once(g, WAIT, NW_L1 + WAIT, cut)
     else:
         sys.exit(f'step_cuts: unknown cut {cut!r}')
 
