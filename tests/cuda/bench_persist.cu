@@ -254,6 +254,7 @@ static void build(chain &c, const float *x0) {
 static void plan(const chain &c, int i, gt_plan *pl) {
     const qweight *W[2] = {&c.W[i][0], &c.W[i][1]};
     CK(gemv_tc_plan(64, 1, c.count[i], W, c.y[i], c.part[i], c.tick[i], NULL, gt_extra(), pl));
+    pl->job.xtma = 0; /* x is written by other blocks of the same launch: read by loads (GT_X_COHERENT), not copies */
 }
 
 static void run_stream(const chain &c, cudaStream_t st) {

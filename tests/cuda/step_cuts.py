@@ -8,7 +8,7 @@ usage: step_cuts.py TREE CUT[,CUT...]   (an empty list or "main" changes nothing
 Cuts (the one-row decode matmul is cuda_gemv.cuh's gt_block, 4-bit split mode):
   free_unit   the unit's arithmetic costs nothing: it xors its weight words, scales and one staged word into acc
               (the loads, the ring and everything around it stay)
-  no_stage    the block does not stage x (the barrier after it stays)
+  no_stage    the block does not stage x, nor copy it (the barrier after it stays)
   no_finish   the block does not finish its split (no partials, ticket or sum; acc kept alive by a store that
               never happens)
   no_wait     no kernel waits for the one before (cu_pdl_enter loses griddepcontrol.wait)
@@ -17,6 +17,8 @@ Cuts (the one-row decode matmul is cuda_gemv.cuh's gt_block, 4-bit split mode):
   l2pre[=N]   each warp sends the rest of its slice (N units past its ring) to L2 with one bulk prefetch before it
               waits (4-bit weights are tiled, cuda_q4_tiled.cuh, so a warp's slice is one run of bytes)
   l2post[=N]  the same right after the wait, while the block stages x (the op before's loads are done by then)
+  xtma        not a cut (the values stay right): the one-row kernels take x by bulk copies (GT_X_TMA 1; the
+              environment's QUILL_CUDA_XTMA picks the inputs, default all)
 
 (nw_l1, the norm weights sent to L1 before the wait, was tried this way and is now in the tree: gt_block.)
 """
@@ -64,7 +66,9 @@ def apply(tree, cut, files):
         anchor = '    typedef gt_cfg<Q> C;\n    uint32_t a[2][2 * C::KSU];\n'
         files[GEMV] = replace_once(g, anchor, anchor + FREE_UNIT, cut)
     elif name == 'no_stage':
-        files[GEMV] = replace_once(g, '        gt_stage<Q, IN>(x, job.in,', '        if (0) gt_stage<Q, IN>(x, job.in,', cut)
+        g = replace_once(g, '            gt_stage<Q, IN>(x, job.in,', '            if (0) gt_stage<Q, IN>(x, job.in,', cut)
+        g = replace_once(g, '            gt_stage<Q, IN, 4, false, true>(', '            if (0) gt_stage<Q, IN, 4, false, true>(', cut)
+        files[GEMV] = replace_once(g, '            if (xt) gt_copy_x<', '            if (0) gt_copy_x<', cut)
     elif name == 'no_finish':
         m = re.search(r'            gt_finish<Q, NT, Q != 0, 4, DQ>\(acc, n, P\.W, P\.y, P\.part, P\.tick, P\.S, P\.s, '
                       r'P\.row0[^;]*;', g)
@@ -80,6 +84,8 @@ def apply(tree, cut, files):
         g = replace_once(g, '#define GT_DEPTH_Q4 8 ', f'#define GT_DEPTH_Q4 {arg} ', cut)
         files[GEMV] = replace_once(g, 'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? 4 : C::DEPTH;',
                                    f'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? {arg} : C::DEPTH;', cut)
+    elif name == 'xtma':
+        files[GEMV] = replace_once(g, '#define GT_X_TMA 0\n', '#define GT_X_TMA 1\n', cut)
     elif name == 'blocks' and arg.isdigit():
         files[GEMV] = replace_once(g, '#define GT_BLOCKS_Q4 256 ', f'#define GT_BLOCKS_Q4 {arg} ', cut)
     elif name in ('l2pre', 'l2post') and (not arg or arg.isdigit()):

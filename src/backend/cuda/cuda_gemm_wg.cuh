@@ -76,47 +76,6 @@ __device__ __forceinline__ void wg_mma(float (&d)[64], uint64_t da, uint64_t db)
 #endif
 }
 
-/* mbarrier and TMA primitives (sm_90). */
-__device__ __forceinline__ void wg_bar_init(uint32_t bar, uint32_t count) {
-#if WG_ON
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-__device__ __forceinline__ void wg_bar_arrive(uint32_t bar) {
-#if WG_ON
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-#endif
-}
-/* Arrives and tells the barrier to expect `bytes` more of copies before its phase completes. */
-__device__ __forceinline__ void wg_bar_expect(uint32_t bar, uint32_t bytes) {
-#if WG_ON
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-/* Whether the barrier's phase of this parity has completed (one try: the hardware may hold the thread a while). */
-__device__ __forceinline__ uint32_t wg_bar_try(uint32_t bar, uint32_t parity) {
-    uint32_t done = 1;
-#if WG_ON
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                 "selp.u32 %0, 1, 0, p;\n}\n"
-                 : "=r"(done)
-                 : "r"(bar), "r"(parity)
-                 : "memory");
-#endif
-    return done;
-}
-/* Waits for the completion of the barrier's phase of this parity. */
-__device__ __forceinline__ void wg_bar_wait(uint32_t bar, uint32_t parity) {
-    while (!wg_bar_try(bar, parity)) {
-    }
-}
-/* wg_bar_wait for a thread with nothing else to do (a producer ahead of its consumers): it sleeps between tries, so
- * that its spinning does not take issue slots from the consumer warps beside it (the 4-bit fold's producer: 210 tries
- * a K tile under ncu, 10-25 % of a launch's time, docs/performance.md; the bf16 GEMM's, whose consumers issue little
- * beside their MMAs, kept the plain wait: no change measured). */
-__device__ __forceinline__ void wg_bar_wait_idle(uint32_t bar, uint32_t parity) {
-    while (!wg_bar_try(bar, parity)) __nanosleep(64);
-}
 /* The box at (k, row) of the tensor map into shared memory at dst; completion is signalled on bar. */
 __device__ __forceinline__ void wg_tma_load(uint32_t dst, const CUtensorMap *map, int k, int row, uint32_t bar) {
 #if WG_ON
@@ -160,9 +119,7 @@ __device__ __forceinline__ void wg_stage_bars_init(uint64_t *full, uint64_t *emp
             wg_bar_init(cu_smem_addr(&full[s]), 1);
             wg_bar_init(cu_smem_addr(&empty[s]), consumers);
         }
-#if WG_ON
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#endif
+        wg_bar_init_done();
     }
     __syncthreads();
 }

@@ -46,6 +46,7 @@
 #include <algorithm>
 
 #include "cuda_mma.cuh"
+#include "cuda_wgmma.cuh" /* the mbarrier and bulk copy primitives (gt_block's copies of x) */
 
 #define GT_WARPS 8
 #define GT_THREADS (GT_WARPS * 32)
@@ -164,6 +165,13 @@ __device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const u
 }
 
 #include "cuda_gemv_stage.cuh"
+
+/* x by bulk copies in the one-row kernels (gt_block's XT), compiled in with GT_X_TMA 1, where QUILL_CUDA_XTMA then picks
+ * the inputs that take it (gt_xtma_level). Off until it is measured on a GPU (docs/performance.md, fifty-first pass):
+ * with 0 the kernels are the code they were. */
+#ifndef GT_X_TMA
+#define GT_X_TMA 0
+#endif
 
 #ifndef GT_KSPLIT
 #define GT_KSPLIT 1 /* tune_gemv: 2-4 % faster at 1 and 64 rows than one chain of 4 */
@@ -345,6 +353,7 @@ struct gt_job {
                          * bf16(silu(gate) up) in gemv_dq_kernel's split rows for K = n_out (gt_split_store) */
     int loop;        /* gemv_tc_kernel LOOP (one weight, one row chunk, no ss): block b takes the output blocks
                       * b % loop, b % loop + loop, ... of slice b / loop */
+    int xtma;        /* gt_block's XT: each block's rows of x (and the norm's sums or the gates) come by bulk copies */
 };
 
 template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
@@ -475,6 +484,17 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         const int64_t at = IN == GT_IN_NORM ? k : k % job.in.glu.dim;
         if (nw && (int)threadIdx.x < 4 * us) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(nw + at));
     }
+    /* XT (job.xtma): the block's rows of x (and the norm's sums or the gates) come into shared memory by bulk copies
+     * (gt_copy_x), and staging reads them there: the same values. The copies go out through the SM's copy engine, so
+     * they need not wait behind the ring's loads (the fifty-first pass's question). Their barrier is set up before
+     * the wait. */
+    constexpr bool XT = GT_X_TMA && WG_ON && !PRE && !LOOP;
+    __shared__ uint64_t xbar;
+    const bool xt = XT && job.xtma && ((uintptr_t)x & 15) == 0; /* uniform (job.xtma: gemv_tc_plan) */
+    if (xt) {
+        if (threadIdx.x == 0) wg_bar_init(cu_smem_addr(&xbar), 1), wg_bar_init_done();
+        __syncthreads();
+    }
     wait(); /* x, the partials and the tickets are the previous ops' */
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
@@ -485,8 +505,16 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
         if (after) gt_row_scales(job.in, n, P.W.n_in, P.row0, 4 * NT, sc);
     } else {
-        gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS,
-                        MAY_SCALE ? sc : nullptr);
+        float *xr = sX + (Q ? nt * us * 4 : 0); /* XT's copies: after the X sums (4-bit) or the fragments (bf16) */
+        if constexpr (XT) {
+            if (xt) gt_copy_x<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, xr, &xbar);
+        }
+        if (xt) /* (a branch, not constexpr: the no_stage cut of tests/cuda/step_cuts.py finds both calls) */
+            gt_stage<Q, IN, 4, false, true>(xr, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x,
+                                            GT_THREADS, MAY_SCALE ? sc : nullptr);
+        else
+            gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS,
+                            MAY_SCALE ? sc : nullptr);
     }
     __syncthreads();
 

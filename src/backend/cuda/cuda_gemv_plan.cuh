@@ -149,6 +149,14 @@ static inline int gt_loop_on(void) {
     return cu_env_on("QUILL_CUDA_GEMV_LOOP", &on);
 }
 
+/* QUILL_CUDA_XTMA: which one-row kernels take x by bulk copies (gt_block's XT, in a build with GT_X_TMA 1): 0 none (x
+ * loaded as before), 1 plain and normalised x, 2 (default) gated x too. An A/B in one build; the bits are the same.
+ * Read once. */
+static inline int gt_xtma_level(void) {
+    static int level = -1;
+    return GT_X_TMA ? cu_env_int("QUILL_CUDA_XTMA", &level, 2, 0, 2) : 0;
+}
+
 /* QUILL_CUDA_GEMV_LEAN=0 keeps every one-tile launch on the default variant (an A/B of the two in one build;
  * the bits are the same). Read once. */
 static inline int gt_lean_on(void) {
@@ -446,7 +454,7 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
     }
     const int nt = gemv_tc_job_tiles(kind, n, count, W, ex.bf16x);
     size_t smem = 0;
-    int64_t blocks = 0;
+    int64_t blocks = 0, us_max = 0;
     for (int i = 0; i < count; i++) {
         job.W[i] = *W[i], job.y[i] = y[i], job.part[i] = part[i], job.tick[i] = tick[i];
         job.S[i] = ex.split > 0 && count == 1 ? ex.split : gemv_tc_split(W[i], kind);
@@ -455,8 +463,9 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
         const int64_t ob_out = job.gx ? GT_OUT / 2 : GT_OUT;
         blocks += ((W[i]->n_out + ob_out - 1) / ob_out) * ((n + rt * nt - 1) / (rt * nt)) * job.S[i];
         smem = std::max(smem, gemv_tc_smem(W[i], kind, nt, job.S[i]));
+        const int64_t U = W[i]->n_in / gemv_tc_unit_k(kind);
+        us_max = std::max(us_max, (U + job.S[i] - 1) / job.S[i]);
     }
-    if (job.ss) smem = std::max(smem, GT_SS_SMEM(rt * nt)); /* gt_finish's squares (the wide kernel's stages hold them) */
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     job.start[count] = (int)blocks;
     job.count = count;
@@ -468,6 +477,21 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
         job.loop = (int)std::min<int64_t>(n_ob, std::max<int64_t>(1, slots / job.S[0]));
         blocks = (int64_t)job.loop * job.S[0];
     }
+    /* x by bulk copies (gt_block's XT): its rows' slices, then the norm's sums or the gates' slices, after the staged
+     * fragments (gt_copy_x; the gates in at most 16 pieces a row, 16-byte aligned as gemv_tc_glu_ok checked) */
+    const int in_kind = gt_in_kind(job.in), level = gt_xtma_level();
+    const bool gated = in_kind == GT_IN_GLU || in_kind == GT_IN_GNORM;
+    const int64_t len = us_max * gemv_tc_unit_k(kind); /* a row's values of the longest slice */
+    const bool in_ok = in_kind == GT_IN_X || (in_kind == GT_IN_NORM && job.in.parts % 4 == 0 && cu_aligned16(job.in.ss)) ||
+                       (gated && level >= 2 && (job.in.glu.g_stride == job.in.glu.dim ||
+                                                 (len + job.in.glu.dim - 1) / job.in.glu.dim + 1 <= 16));
+    if (!job.xs && !job.loop && n <= GW_MIN_ROWS && level >= 1 && in_ok) {
+        const int64_t rows = std::min(n, 4 * nt);
+        const int64_t second = in_kind == GT_IN_NORM ? job.in.parts : gated ? len : 0;
+        const size_t with_x = smem + (size_t)(rows * (len + second)) * sizeof(float);
+        if (with_x <= GT_SMEM_MAX) job.xtma = 1, smem = with_x;
+    }
+    if (job.ss) smem = std::max(smem, GT_SS_SMEM(rt * nt)); /* gt_finish's squares (the wide kernel's stages hold them) */
     if (ex.fresh && (n > GT_PRE_ROWS || pl->split || job.xs || job.loop)) return cudaErrorInvalidValue;
     pl->nt = nt, pl->rt = rt, pl->blocks = (unsigned)blocks, pl->smem = smem;
     return cudaSuccess;

@@ -1,7 +1,7 @@
 /* cuda_gemv_stage.cuh: how x enters the decode matmul (cuda_gemv.cuh, which includes it): each f32 value split
  * into bf16 hi and lo parts laid out as ready-made MMA B fragments, by each block for its K slice (gt_stage) or
  * once for every block (gemv_split_kernel, whose layout the blocks copy: gt_copy), gated (qglu) or normalised
- * (qnorm) on the way where the op asks for it. */
+ * (qnorm) on the way where the op asks for it; with GT_X_TMA, the block's rows first by bulk copies (gt_copy_x). */
 #ifndef QUILL_CUDA_GEMV_STAGE_CUH
 #define QUILL_CUDA_GEMV_STAGE_CUH
 
@@ -48,10 +48,11 @@ template <int Q> __host__ __device__ inline bool gt_norm_after(const gt_input &i
  * together: lane t sums parts t, t + 4, ... in order (its loads out at once), and the four sums are added as
  * (s0 + s1) + (s2 + s3), the same in every lane, block and row count. (One lane summing all the parts in
  * order, a chain of dependent loads, cost the 9B's gate + up launch ~3 us, session 12.) */
-__device__ __forceinline__ float gt_norm_scale(const gt_input &in, int r, int t, int64_t K) {
+__device__ __forceinline__ float gt_norm_scale(const gt_input &in, int r, int t, int64_t K, const float *ss_rows = nullptr,
+                                              int row0 = 0) {
     float sum = 0.0f;
-    if (r >= 0) {
-        const float *ss = in.ss + (int64_t)r * in.parts;
+    if (r >= 0) { /* ss_rows: the block's copy of rows row0.. (gt_stage's XSM), else in.ss */
+        const float *ss = ss_rows ? ss_rows + (int64_t)(r - row0) * in.parts : in.ss + (int64_t)r * in.parts;
 #pragma unroll 8
         for (int p = t; p < in.parts; p += 4) sum += ss[p];
     }
@@ -120,8 +121,10 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
  * ones): the K order the weight side's loads give each MMA. */
 template <int Q> __device__ __forceinline__ int gt_kstep_e0(int j) { return Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j; }
 /* sc (NORM, gt_norm_after): where the rows' scales go ([r - row0], from the items of unit 0), computed as the other
- * items' loads go out; NULL where nothing reads them (the split rows). */
-template <int Q, int IN, int RT = 4, bool WGO = false>
+ * items' loads go out; NULL where nothing reads them (the split rows). XSM: x is the block's copy in shared memory
+ * (gt_block's bulk copies: row r's units u0 .. u0 + us - 1 at x + (r - row0) us UK, then the norm's sums or the gates
+ * in the same layout: gt_copy_x), not the rows in global memory. */
+template <int Q, int IN, int RT = 4, bool WGO = false, bool XSM = false>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride,
                                          float *sc = nullptr) {
@@ -144,17 +147,19 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
 #pragma unroll
             for (int e = 0; e < C::EPT; e++) v[e] = 0.0f;
             if (!live) return;
-            const float4 *p = (const float4 *)(x + (int64_t)r * K + k);
+            const float4 *p = XSM ? (const float4 *)(x + (int64_t)(r - row0) * us * C::UK + (k - u0 * C::UK))
+                                  : (const float4 *)(x + (int64_t)r * K + k);
 #pragma unroll
             for (int q = 0; q < C::EPT / 4; q++) {
-                const float4 f = gt_ldx(p + q);
+                const float4 f = XSM ? p[q] : gt_ldx(p + q);
                 v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
             }
         };
         if constexpr (X_FIRST) load_x();
         if constexpr (IN == GT_IN_NORM) {
             const bool after = gt_norm_after<Q>(in); /* uniform; x * 1 * w = x * w, the scale after the product */
-            if (!after || sc) scale = gt_norm_scale(in, live ? r : -1, t, K);
+            const float *ss_rows = XSM ? x + (int64_t)min(n - row0, RT * nt) * us * C::UK : nullptr; /* after x's */
+            if (!after || sc) scale = gt_norm_scale(in, live ? r : -1, t, K, ss_rows, row0);
             if (after && sc && live && u == 0 && t == 0) sc[r - row0] = scale;
             if (after) scale = 1.0f;
         }
@@ -165,11 +170,13 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
                 const qglu &glu = in.glu;
                 const int kk = (int)k, dim = glu.dim; /* < 2^31: K is (gt_locate) */
                 const int64_t vec = (int64_t)r * (K / dim) + kk / dim;
-                const float4 *gp = (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
+                const float4 *gp = XSM ? (const float4 *)(x + ((int64_t)min(n - row0, RT * nt) + r - row0) * us * C::UK +
+                                                          (k - u0 * C::UK)) /* the gates' rows after x's */
+                                       : (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
                 const float4 *wp = (const float4 *)(glu.norm_w + kk % dim); /* GNORM */
 #pragma unroll
                 for (int q = 0; q < C::EPT / 4; q++) {
-                    const float4 f = gt_ldx(gp + q);
+                    const float4 f = XSM ? gp[q] : gt_ldx(gp + q);
                     if constexpr (IN == GT_IN_GNORM) { /* norm_scale4, then the gate, as norm_warp_kernel */
                         const float4 w = __ldg(wp + q);
                         v[4 * q] = v[4 * q] * scale * w.x, v[4 * q + 1] = v[4 * q + 1] * scale * w.y;
@@ -236,6 +243,50 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             if (i < items && t == 0) sX[(T * us + u) * RT + rr] = sum;
         }
     }
+}
+
+/* XT: rows row0 .. row0 + rows - 1 (rows = min(n - row0, 4 nt)) of x's slice (units u0 .. u0 + us - 1) to xr, row
+ * after row, then the same rows of the norm's sums (NORM) or of the gates' slice (GLU, GNORM: a piece a vector the slice
+ * touches, gt_xtma_pieces), all completing on bar, issued by the lanes of warp 0; every thread then waits for them
+ * (gt_stage's XSM layout). The plan checked the sizes and the alignment of all but x (gt_block checks x's). */
+__host__ __device__ inline int gt_xtma_pieces(const qglu &glu, int64_t k0, int64_t len) {
+    return glu.g_stride == glu.dim ? 1 : (int)((k0 + len - 1) / glu.dim - k0 / glu.dim + 1);
+}
+template <int Q, int IN>
+__device__ __forceinline__ void gt_copy_x(const float *x, const gt_input &in, int n, int64_t K, int row0, int nt,
+                                          int64_t u0, int us, float *xr, uint64_t *bar) {
+    typedef gt_cfg<Q> C;
+    const int rows = min(n - row0, 4 * nt);
+    const int64_t k0 = u0 * C::UK, len = (int64_t)us * C::UK; /* the slice's values a row */
+    const bool gated = IN == GT_IN_GLU || IN == GT_IN_GNORM;
+    const int pieces = gated ? gt_xtma_pieces(in.glu, k0, len) : IN == GT_IN_NORM, per_row = 1 + pieces;
+    const uint32_t xb = (uint32_t)len * 4, sb = IN == GT_IN_NORM ? (uint32_t)in.parts * 4 : gated ? xb : 0;
+    const uint32_t b = cu_smem_addr(bar);
+    float *second = xr + (int64_t)rows * len; /* the sums' or the gates' rows */
+    if (threadIdx.x < 32) {
+        if (threadIdx.x == 0) wg_fence_proxy_async_global(), wg_bar_expect(b, (uint32_t)rows * (xb + sb));
+        __syncwarp();
+        for (int j = threadIdx.x; j < rows * per_row; j += 32) {
+            const int r = j / per_row, c = j % per_row;
+            const int64_t gr = row0 + r;
+            if (c == 0) {
+                wg_bulk_load(cu_smem_addr(xr + r * len), x + gr * K + k0, xb, b);
+            } else if constexpr (IN == GT_IN_NORM) {
+                wg_bulk_load(cu_smem_addr(second + r * in.parts), in.ss + gr * in.parts, sb, b);
+            } else if constexpr (gated) { /* the slice's gates: one run, or vector v's values [lo, hi) */
+                const int64_t dim = in.glu.dim;
+                int64_t lo = k0, hi = k0 + len;
+                const float *src = in.glu.g + gr * K + k0; /* g_stride == dim: the gates' rows are x's shape */
+                if (in.glu.g_stride != dim) {
+                    const int64_t v = k0 / dim + (c - 1);
+                    lo = max(k0, v * dim), hi = min(k0 + len, (v + 1) * dim);
+                    src = in.glu.g + (gr * (K / dim) + v) * in.glu.g_stride + (lo - v * dim);
+                }
+                wg_bulk_load(cu_smem_addr(second + r * len + (lo - k0)), src, (uint32_t)(hi - lo) * 4, b);
+            }
+        }
+    }
+    wg_bar_wait(b, 0);
 }
 
 /* Many rows: x split once for every block (gemv_split_kernel, all tiles and units in gt_stage's layout

@@ -38,6 +38,70 @@ template <int N> __device__ __forceinline__ void wg_wait(void) {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
+/* mbarrier and TMA primitives (sm_90). */
+__device__ __forceinline__ void wg_bar_init(uint32_t bar, uint32_t count) {
+#if WG_ON
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void wg_bar_arrive(uint32_t bar) {
+#if WG_ON
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+/* After a thread's wg_bar_init calls: makes the barriers' initial state visible (to the block, after a barrier, and
+ * to the copies that will complete on them). */
+__device__ __forceinline__ void wg_bar_init_done(void) {
+#if WG_ON
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+/* Arrives and tells the barrier to expect `bytes` more of copies before its phase completes. */
+__device__ __forceinline__ void wg_bar_expect(uint32_t bar, uint32_t bytes) {
+#if WG_ON
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+/* Whether the barrier's phase of this parity has completed (one try: the hardware may hold the thread a while). */
+__device__ __forceinline__ uint32_t wg_bar_try(uint32_t bar, uint32_t parity) {
+    uint32_t done = 1;
+#if WG_ON
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+#endif
+    return done;
+}
+/* Waits for the completion of the barrier's phase of this parity. */
+__device__ __forceinline__ void wg_bar_wait(uint32_t bar, uint32_t parity) {
+    while (!wg_bar_try(bar, parity)) {
+    }
+}
+/* wg_bar_wait for a thread with nothing else to do (a producer ahead of its consumers): it sleeps between tries, so
+ * that its spinning does not take issue slots from the consumer warps beside it (the 4-bit fold's producer: 210 tries
+ * a K tile under ncu, 10-25 % of a launch's time, docs/performance.md; the bf16 GEMM's, whose consumers issue little
+ * beside their MMAs, kept the plain wait: no change measured). */
+__device__ __forceinline__ void wg_bar_wait_idle(uint32_t bar, uint32_t parity) {
+    while (!wg_bar_try(bar, parity)) __nanosleep(64);
+}
+/* Orders what this thread has seen through ordinary loads (another grid's writes, acquired by its programmatic wait)
+ * before its next copies (the async proxy) read global memory. */
+__device__ __forceinline__ void wg_fence_proxy_async_global(void) {
+#if WG_ON
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+/* A 1-D bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global src into shared memory at
+ * dst; completion is signalled on bar (whose expected bytes the issuing thread has raised: wg_bar_expect). */
+__device__ __forceinline__ void wg_bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
+#if WG_ON
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+#endif
+}
 /* Named barrier ID (1..15) of n threads: sync waits for its phase, arrive counts without waiting. Two warpgroups
  * take turns at the tensor cores with a pair of them (cuda_gemm_wgq.cuh's ping-pong). */
 template <int ID> __device__ __forceinline__ void wg_named_sync(int n) {
