@@ -66,9 +66,9 @@ def apply(tree, cut, files):
         anchor = '    typedef gt_cfg<Q> C;\n    uint32_t a[2][2 * C::KSU];\n'
         files[GEMV] = replace_once(g, anchor, anchor + FREE_UNIT, cut)
     elif name == 'no_stage':
-        g = replace_once(g, '            gt_stage<Q, IN>(x, job.in,', '            if (0) gt_stage<Q, IN>(x, job.in,', cut)
-        g = replace_once(g, '            gt_stage<Q, IN, 4, false, true>(', '            if (0) gt_stage<Q, IN, 4, false, true>(', cut)
-        files[GEMV] = replace_once(g, '            if (xt) gt_copy_x<', '            if (0) gt_copy_x<', cut)
+        for call in ('gt_stage<Q, IN>(x, job.in,', 'gt_copy_x<Q, IN>(', 'gt_stage<Q, IN, 4, false, true>('):
+            g = replace_once(g, '            ' + call, '            if (0) ' + call, cut)
+        files[GEMV] = g
     elif name == 'no_finish':
         m = re.search(r'            gt_finish<Q, NT, Q != 0, 4, DQ>\(acc, n, P\.W, P\.y, P\.part, P\.tick, P\.S, P\.s, '
                       r'P\.row0[^;]*;', g)

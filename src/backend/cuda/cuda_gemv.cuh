@@ -505,16 +505,15 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
         if (after) gt_row_scales(job.in, n, P.W.n_in, P.row0, 4 * NT, sc);
     } else {
-        float *xr = sX + (Q ? nt * us * 4 : 0); /* XT's copies: after the X sums (4-bit) or the fragments (bf16) */
-        if constexpr (XT) {
-            if (xt) gt_copy_x<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, xr, &xbar);
-        }
-        if (xt) /* (a branch, not constexpr: the no_stage cut of tests/cuda/step_cuts.py finds both calls) */
+        if (xt) { /* the copies after the X sums (4-bit) or the fragments (bf16) */
+            float *xr = sX + (Q ? nt * us * 4 : 0);
+            gt_copy_x<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, xr, &xbar);
             gt_stage<Q, IN, 4, false, true>(xr, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x,
                                             GT_THREADS, MAY_SCALE ? sc : nullptr);
-        else
+        } else {
             gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS,
                             MAY_SCALE ? sc : nullptr);
+        }
     }
     __syncthreads();
 

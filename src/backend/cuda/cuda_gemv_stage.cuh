@@ -120,15 +120,21 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 /* The lane's first value of k-step j's b0 (its pairs: e0 and e0 + 4 for 4-bit, e0 and e0 + 1 bf16; b1 the next
  * ones): the K order the weight side's loads give each MMA. */
 template <int Q> __device__ __forceinline__ int gt_kstep_e0(int j) { return Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j; }
+/* The layout of a block's copies (XSM; gt_copy_x writes it, gt_stage reads it): its rows row0 .. row0 + rows - 1
+ * (rows = min(n - row0, 4 nt)) of x's slice of us units, row after row, then the same rows of the norm's sums
+ * (parts a row) or of the gates' slice (the slice's values a row). Returns where the sums or the gates start. */
+template <int Q> __device__ __forceinline__ int64_t gt_xsm_second(int n, int row0, int nt, int us) {
+    return (int64_t)min(n - row0, 4 * nt) * us * gt_cfg<Q>::UK;
+}
 /* sc (NORM, gt_norm_after): where the rows' scales go ([r - row0], from the items of unit 0), computed as the other
- * items' loads go out; NULL where nothing reads them (the split rows). XSM: x is the block's copy in shared memory
- * (gt_block's bulk copies: row r's units u0 .. u0 + us - 1 at x + (r - row0) us UK, then the norm's sums or the gates
- * in the same layout: gt_copy_x), not the rows in global memory. */
+ * items' loads go out; NULL where nothing reads them (the split rows). XSM: x is the block's copies in shared memory
+ * (gt_xsm_second's layout), not the rows in global memory. */
 template <int Q, int IN, int RT = 4, bool WGO = false, bool XSM = false>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride,
                                          float *sc = nullptr) {
     typedef gt_cfg<Q> C;
+    static_assert(!XSM || RT == 4, "the copies are of the one-row kernels' tiles of 4 rows");
     const int items = nt * us * GT_STAGE_ITEMS(RT); /* < 2^31: checked where the split rows are launched */
     const int lane = i0 & 31;
     for (int i = i0; i - lane < items; i += stride) { /* warp-uniform: the shuffles below need the whole warp */
@@ -158,7 +164,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
         if constexpr (X_FIRST) load_x();
         if constexpr (IN == GT_IN_NORM) {
             const bool after = gt_norm_after<Q>(in); /* uniform; x * 1 * w = x * w, the scale after the product */
-            const float *ss_rows = XSM ? x + (int64_t)min(n - row0, RT * nt) * us * C::UK : nullptr; /* after x's */
+            const float *ss_rows = XSM ? x + gt_xsm_second<Q>(n, row0, nt, us) : nullptr;
             if (!after || sc) scale = gt_norm_scale(in, live ? r : -1, t, K, ss_rows, row0);
             if (after && sc && live && u == 0 && t == 0) sc[r - row0] = scale;
             if (after) scale = 1.0f;
@@ -170,8 +176,8 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
                 const qglu &glu = in.glu;
                 const int kk = (int)k, dim = glu.dim; /* < 2^31: K is (gt_locate) */
                 const int64_t vec = (int64_t)r * (K / dim) + kk / dim;
-                const float4 *gp = XSM ? (const float4 *)(x + ((int64_t)min(n - row0, RT * nt) + r - row0) * us * C::UK +
-                                                          (k - u0 * C::UK)) /* the gates' rows after x's */
+                const float4 *gp = XSM ? (const float4 *)(x + gt_xsm_second<Q>(n, row0, nt, us) +
+                                                          (int64_t)(r - row0) * us * C::UK + (k - u0 * C::UK))
                                        : (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
                 const float4 *wp = (const float4 *)(glu.norm_w + kk % dim); /* GNORM */
 #pragma unroll
@@ -245,10 +251,10 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
     }
 }
 
-/* XT: rows row0 .. row0 + rows - 1 (rows = min(n - row0, 4 nt)) of x's slice (units u0 .. u0 + us - 1) to xr, row
- * after row, then the same rows of the norm's sums (NORM) or of the gates' slice (GLU, GNORM: a piece a vector the slice
- * touches, gt_xtma_pieces), all completing on bar, issued by the lanes of warp 0; every thread then waits for them
- * (gt_stage's XSM layout). The plan checked the sizes and the alignment of all but x (gt_block checks x's). */
+/* XT: the block's rows of x's slice (units u0 .. u0 + us - 1) to xr, then the same rows of the norm's sums (NORM) or
+ * of the gates' slice (GLU, GNORM: one copy a row, or a piece a vector the slice touches where the gates are strided,
+ * gt_xtma_pieces), in gt_xsm_second's layout, all completing on bar, issued by the lanes of warp 0; every thread then
+ * waits for them. The plan checked the sizes and the alignment of all but x (gt_block checks x's). */
 __host__ __device__ inline int gt_xtma_pieces(const qglu &glu, int64_t k0, int64_t len) {
     return glu.g_stride == glu.dim ? 1 : (int)((k0 + len - 1) / glu.dim - k0 / glu.dim + 1);
 }
@@ -262,7 +268,7 @@ __device__ __forceinline__ void gt_copy_x(const float *x, const gt_input &in, in
     const int pieces = gated ? gt_xtma_pieces(in.glu, k0, len) : IN == GT_IN_NORM, per_row = 1 + pieces;
     const uint32_t xb = (uint32_t)len * 4, sb = IN == GT_IN_NORM ? (uint32_t)in.parts * 4 : gated ? xb : 0;
     const uint32_t b = cu_smem_addr(bar);
-    float *second = xr + (int64_t)rows * len; /* the sums' or the gates' rows */
+    float *second = xr + gt_xsm_second<Q>(n, row0, nt, us); /* the sums' or the gates' rows */
     if (threadIdx.x < 32) {
         if (threadIdx.x == 0) wg_fence_proxy_async_global(), wg_bar_expect(b, (uint32_t)rows * (xb + sb));
         __syncwarp();
