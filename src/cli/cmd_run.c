@@ -84,8 +84,7 @@ static int text_prompt(const char *dir, char kind, const char *arg, qtokenizer *
         chat_template *t = NULL;
         json_t *req = json_pack("{s:[{s:s, s:s}]}", "messages", "role", "user", "content", arg);
         st = req ? chat_template_load_dir(dir, &t) : q_fail(Q_EINVAL, "--chat: the text is not valid UTF-8");
-        if (st == Q_OK && (st = chat_prompt_ids(*tok, t, req, ids, &n_ids)) && st != Q_ENOMEM)
-            q_wrap(st, "%s", chat_template_origin(t));
+        if (st == Q_OK) st = chat_template_blame(t, chat_prompt_ids(*tok, t, req, ids, &n_ids));
         chat_template_free(t);
         json_decref(req);
     } else {

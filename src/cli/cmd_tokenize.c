@@ -134,9 +134,7 @@ static int run_chat(const qtokenizer *tok, const char *dir, const char *req_path
     if (want_ids || pieces) {
         int32_t *ids;
         size_t n;
-        qstatus st = chat_prompt_ids(tok, t, req, &ids, &n);
-        if (st) {
-            if (st != Q_ENOMEM) q_wrap(st, "%s", chat_template_origin(t));
+        if (chat_template_blame(t, chat_prompt_ids(tok, t, req, &ids, &n))) {
             fail(req_path);
             goto out;
         }
@@ -148,9 +146,7 @@ static int run_chat(const qtokenizer *tok, const char *dir, const char *req_path
         free(ids);
     } else {
         char *text;
-        qstatus st = chat_render(t, req, &text);
-        if (st) {
-            if (st != Q_ENOMEM) q_wrap(st, "%s", chat_template_origin(t));
+        if (chat_template_blame(t, chat_render(t, req, &text))) {
             fail(req_path);
             goto out;
         }

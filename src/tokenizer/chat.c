@@ -44,7 +44,9 @@ qstatus chat_template_from_source(const char *source, chat_template **out) {
     return from_source(source, strlen(source), NULL, out);
 }
 
-const char *chat_template_origin(const chat_template *t) { return t->origin[0] ? t->origin : "chat template"; }
+qstatus chat_template_blame(const chat_template *t, qstatus st) {
+    return st == Q_OK || st == Q_ENOMEM ? st : q_wrap(st, "%s", t->origin[0] ? t->origin : "chat template");
+}
 
 void chat_template_free(chat_template *t) {
     if (!t) return;

@@ -37,9 +37,10 @@ typedef struct chat_template chat_template;
  * list of {name, template} from which "default" is taken). Also reads the special token strings.
  * Owned; free with chat_template_free. No template: Q_EFORMAT naming the directory. */
 qstatus chat_template_load_dir(const char *dir, chat_template **out);
-/* The file the template came from (dir/chat_template.jinja or dir/tokenizer_config.json), for the messages of
- * local tools; "chat template" when it was given as source. The server does not show it to clients. */
-const char *chat_template_origin(const chat_template *t);
+/* For the messages of local tools: st (a failure of chat_render or chat_prompt_ids) with the file the template came
+ * from (dir/chat_template.jinja or dir/tokenizer_config.json; "chat template" when it was given as source) before its
+ * message; Q_OK and Q_ENOMEM as they are. The server does not show the file to clients. */
+qstatus chat_template_blame(const chat_template *t, qstatus st);
 
 /* Compiles template source (NUL-terminated) with no special tokens. Owned. */
 qstatus chat_template_from_source(const char *source, chat_template **out);

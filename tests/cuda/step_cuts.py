@@ -17,6 +17,9 @@ Cuts (the one-row decode matmul is cuda_gemv.cuh's gt_block, 4-bit split mode):
   l2pre[=N]   each warp sends the rest of its slice (N units past its ring) to L2 with one bulk prefetch before it
               waits (4-bit weights are tiled, cuda_q4_tiled.cuh, so a warp's slice is one run of bytes)
   l2post[=N]  the same right after the wait, while the block stages x (the op before's loads are done by then)
+  pre=N       only the ring's first N units (and their groups' scales) go out before the wait, the rest once staging's
+              loads are back, before the barrier after it (main: all D; pre=0 none): whether x's loads, issued after
+              the wait, queue behind the ring's (the fifty-first pass's question, asked without the copy engine)
   xtma        not a cut (the values stay right): the one-row kernels take x by bulk copies (GT_X_TMA 1; the
               environment's QUILL_CUDA_XTMA picks the inputs, default all)
 
@@ -48,6 +51,20 @@ L2PRE_OLD = '''            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.bb0, P.u
 L2_PREFETCH = '''    if (Q && P.wact && (threadIdx.x & 31) == 0 && P.us > D) /* step_cuts {cut} */
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\\n" ::"l"(P.p0 + D * gt_cfg<Q>::UB),
                      "r"(({n} > 0 ? min(P.us - D, {n}) : P.us - D) * gt_cfg<Q>::UB) : "memory");
+'''
+RING_START = '    gt_ring_start<Q, D>(P, w, sb, t);\n    /* Before the wait'
+STAGED = '    __syncthreads();\n\n    for (;;) {'
+# RING_PART(lo, hi): the ring's units lo .. hi - 1 and the scales of the groups of 4 that start among them
+RING_PART = '''    if (P.wact) {{ /* step_cuts {cut}: the ring's units {lo} .. {hi} - 1 */
+#pragma unroll
+        for (int d = 0; d < D; d++)
+            if (d >= {lo} && d < {hi} && d < P.us) gt_wload<Q>(w[d], P.p0 + d * gt_cfg<Q>::UB, P.p8 + d * gt_cfg<Q>::UB);
+        if constexpr (Q != 0) {{
+#pragma unroll
+            for (int q = 0; q < D / 4; q++)
+                if (4 * q >= {lo} && 4 * q < {hi} && 4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.bb0, P.ub, 4 * q, P.us, t);
+        }}
+    }}
 '''
 WAIT = '''    wait(); /* x, the partials and the tickets are the previous ops' */
 '''
@@ -84,6 +101,9 @@ def apply(tree, cut, files):
         g = replace_once(g, '#define GT_DEPTH_Q4 8 ', f'#define GT_DEPTH_Q4 {arg} ', cut)
         files[GEMV] = replace_once(g, 'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? 4 : C::DEPTH;',
                                    f'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? {arg} : C::DEPTH;', cut)
+    elif name == 'pre' and arg.isdigit():
+        g = replace_once(g, RING_START, RING_PART.format(cut=cut, lo=0, hi=arg) + RING_START.split('\n')[1], cut)
+        files[GEMV] = replace_once(g, STAGED, RING_PART.format(cut=cut, lo=arg, hi='D') + STAGED, cut)
     elif name == 'xtma':
         files[GEMV] = replace_once(g, '#define GT_X_TMA 0\n', '#define GT_X_TMA 1\n', cut)
     elif name == 'blocks' and arg.isdigit():

@@ -39,6 +39,11 @@ static inline int gt_min_slice(int kind) {
 }
 static inline int gdq_fit_blocks(void);
 
+/* The units of W's longest slice of S (gt_locate's slices differ by at most one unit). */
+static inline int64_t gemv_tc_slice_units(const qweight *W, int kind, int S) {
+    return (W->n_in / gemv_tc_unit_k(kind) + S - 1) / S;
+}
+
 /* K slices: a function of the weight's shape (and the decode precision; in dequant mode the device's room for
  * clusters of 8 too) only. Enough blocks to fill the GPU about twice (GT_BLOCKS), each slice at least gt_min_slice
  * units, and always few enough units per slice that GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
@@ -49,7 +54,8 @@ static inline int gemv_tc_split(const qweight *W, int kind) {
     const int min_slice = gt_min_slice(kind);
     int S = 1;
     while (S < GT_MAX_SPLIT &&
-           ((size_t)((U + S - 1) / S) * tub * fit > GT_SMEM_MAX || (ob * S < aim && U / (S * 2) >= min_slice)))
+           ((size_t)gemv_tc_slice_units(W, kind, S) * tub * fit > GT_SMEM_MAX ||
+            (ob * S < aim && U / (S * 2) >= min_slice)))
         S *= 2;
     /* Dequant mode: a launch of one tile (up to 64 rows) finishes in clusters of S, and fewer clusters of 8 fit at
      * once than blocks alone (30 on the H200: 240 blocks of 264). Where 8 slices would need more than fit (the 9B's
@@ -66,9 +72,8 @@ static inline int gemv_tc_split(const qweight *W, int kind) {
 
 /* Shared memory of a block with nt row tiles: nt staged tiles of the weight's longest slice (of S slices; 0: W's). */
 static inline size_t gemv_tc_smem(const qweight *W, int kind, int nt, int S = 0) {
-    const int64_t U = W->n_in / gemv_tc_unit_k(kind);
     if (S <= 0) S = gemv_tc_split(W, kind);
-    return (size_t)((U + S - 1) / S) * gemv_tc_tile_unit_bytes(kind) * (size_t)nt;
+    return (size_t)gemv_tc_slice_units(W, kind, S) * gemv_tc_tile_unit_bytes(kind) * (size_t)nt;
 }
 
 /* Row tiles per block for n rows: as many as n needs (1 or 2) while the staged slice fits. */
@@ -463,8 +468,7 @@ static inline cudaError_t gemv_tc_plan(int kind, int n, int count, const qweight
         const int64_t ob_out = job.gx ? GT_OUT / 2 : GT_OUT;
         blocks += ((W[i]->n_out + ob_out - 1) / ob_out) * ((n + rt * nt - 1) / (rt * nt)) * job.S[i];
         smem = std::max(smem, gemv_tc_smem(W[i], kind, nt, job.S[i]));
-        const int64_t U = W[i]->n_in / gemv_tc_unit_k(kind);
-        us_max = std::max(us_max, (U + job.S[i] - 1) / job.S[i]);
+        us_max = std::max(us_max, gemv_tc_slice_units(W[i], kind, job.S[i]));
     }
     if (blocks > 2147483647LL) return cudaErrorInvalidValue;
     job.start[count] = (int)blocks;
