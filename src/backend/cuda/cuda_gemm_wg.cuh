@@ -85,6 +85,16 @@ __device__ __forceinline__ void wg_tma_load(uint32_t dst, const CUtensorMap *map
                  : "memory");
 #endif
 }
+/* The same for a three-dimensional map, the box at (c0, c1, c2). */
+__device__ __forceinline__ void wg_tma_load_3d(uint32_t dst, const CUtensorMap *map, int c0, int c1, int c2,
+                                               uint32_t bar) {
+#if WG_ON
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+                 "%4}], [%5];\n" ::"r"(dst),
+                 "l"((uint64_t)map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+                 : "memory");
+#endif
+}
 /* Gives this warpgroup's registers back (producer) or takes more (consumers): 40 + 2 x 232 per thread fit. */
 template <int R> __device__ __forceinline__ void wg_setmaxnreg_dec(void) {
 #if WG_ON
@@ -224,11 +234,12 @@ __global__ void __launch_bounds__(wg_small::THREADS, 2)
     wg_gemm_body<wg_small>(job, m, K);
 }
 
-/* The tensor map of a row-major matrix of `type` (rows x cols, `pitch` bytes between rows: a multiple of 16; 16-byte
- * aligned) in boxes of box_cols x box_rows, in the swizzle sw, zeros outside. The encoder is the driver's, found
- * through the runtime (no link to libcuda). */
-static inline cudaError_t wg_map_any(CUtensorMap *map, CUtensorMapDataType type, const void *g, int64_t rows,
-                                     int64_t cols, int64_t pitch, int box_cols, int box_rows, CUtensorMapSwizzle sw) {
+/* The tensor map of a `rank`-dimensional array of `type` (dims[0] contiguous; strides[d] the bytes between steps of
+ * dimension d + 1: multiples of 16; 16-byte aligned) in boxes of box[], in the swizzle sw, zeros outside. The encoder
+ * is the driver's, found through the runtime (no link to libcuda). */
+static inline cudaError_t wg_map_nd(CUtensorMap *map, CUtensorMapDataType type, const void *g, int rank,
+                                    const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                                    CUtensorMapSwizzle sw) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode; /* racing first callers store the same pointer */
     if (!encode) {
         cudaDriverEntryPointQueryResult q;
@@ -237,11 +248,19 @@ static inline cudaError_t wg_map_any(CUtensorMap *map, CUtensorMapDataType type,
         if (e != cudaSuccess) return e;
         if (q != cudaDriverEntryPointSuccess || !encode) return cudaErrorSymbolNotFound;
     }
-    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)pitch};
-    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, estr[2] = {1, 1};
-    const CUresult r = encode(map, type, 2, (void *)g, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, sw,
-                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const cuuint32_t estr[3] = {1, 1, 1};
+    if (rank < 1 || rank > 3) return cudaErrorInvalidValue;
+    const CUresult r = encode(map, type, (cuuint32_t)rank, (void *)g, dims, strides, box, estr,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+/* A row-major matrix of `type` (rows x cols, `pitch` bytes between rows) in boxes of box_cols x box_rows. */
+static inline cudaError_t wg_map_any(CUtensorMap *map, CUtensorMapDataType type, const void *g, int64_t rows,
+                                     int64_t cols, int64_t pitch, int box_cols, int box_rows, CUtensorMapSwizzle sw) {
+    const cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)pitch};
+    const cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows};
+    return wg_map_nd(map, type, g, 2, dims, strides, box, sw);
 }
 /* A row-major bf16 matrix (rows x K, 16-byte aligned) in boxes of box_k x box_rows (64: one 128-byte swizzle row,
  * the GEMM's), in the swizzle sw. */

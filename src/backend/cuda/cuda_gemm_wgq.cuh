@@ -84,6 +84,7 @@ struct wq_job {
     float *y[WG_WEIGHTS];
     int n[WG_WEIGHTS], nb0[WG_WEIGHTS + 1];
     int count;
+    int swizzle; /* tiled codes by wq_map_tiles' swizzled map (QUILL_WQ_SWIZZLE=1), not the plain one */
 };
 
 /* A code word's byte (bits 0..7 of u) as the bf16x2 of its two codes, the low nibble in the low half. */
@@ -100,7 +101,7 @@ struct wq_lane {
     int64_t olo, ohi, gpr;
     bool vlo, vhi;
     const char *sc, *bi;
-    int fmt, group, tiled;
+    int fmt, group, tiled, swizzle;
 };
 
 /* Row o's index of group gi's scale (bias), in the weight's order. */
@@ -132,10 +133,9 @@ __device__ __forceinline__ void wq_frags(uint32_t (&a)[16], int t, uint32_t base
     const uint32_t qt = base + (uint32_t)s * T::STAGE_BYTES + 2 * T::X_BYTES;
     uint32_t lo[8], hi[8];
     if (L.tiled) { /* the group's 512 bytes: rows lo and lo + 8 (lane / 4 = g) interleaved 8 bytes at a time */
-        const uint32_t g = qt + (L.rlo >> 4) * 512 + (L.rlo & 7) * 64;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const uint4 v = cu_lds128(g + 16 * j);
+            const uint4 v = cu_lds128(q4t_stage_piece(qt, L.rlo, j, L.swizzle));
             lo[2 * j] = v.x, lo[2 * j + 1] = v.y, hi[2 * j] = v.z, hi[2 * j + 1] = v.w;
         }
     } else {
@@ -291,7 +291,8 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
             wg_bar_expect(bar, T::TX);
             wg_tma_load(st, &job.x[0], t * WG_BK, row0, bar);
             wg_tma_load(st + T::X_BYTES, &job.x[1], t * WG_BK, row0, bar);
-            if (job.w[wi].tiled) wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 128, col0 / 16, bar);
+            if (job.w[wi].tiled && job.swizzle) wg_tma_load_3d(st + 2 * T::X_BYTES, &job.q[wi], 0, 4 * t, col0 / 16, bar);
+            else if (job.w[wi].tiled) wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 128, col0 / 16, bar);
             else wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 8, col0, bar);
             wg_tma_load(st + 2 * T::X_BYTES + T::Q_BYTES, &job.xs, row0, t, bar);
         }
@@ -306,6 +307,7 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
     L.vlo = L.olo < n, L.vhi = L.ohi < n;
     L.sc = (const char *)job.w[wi].scales, L.bi = (const char *)job.w[wi].biases;
     L.fmt = job.w[wi].sb_fmt, L.group = job.w[wi].group, L.gpr = K / job.w[wi].group, L.tiled = job.w[wi].tiled;
+    L.swizzle = job.swizzle;
     float y[NR / 2];
 #pragma unroll
     for (int i = 0; i < NR / 2; i++) y[i] = 0.0f;
@@ -342,6 +344,19 @@ struct wq_args {
     int n[WG_WEIGHTS];
 };
 
+/* Tiled codes (groups of 16 rows, each a row of K / 64 runs of 512 bytes) as 128-byte rows in TMA's 128-byte swizzle:
+ * a box of box_groups groups' 512 bytes of a K tile lands in the stage in the plain map's order, except that the
+ * 16-byte piece p of each 128-byte row sits at p ^ (bits 7..9 of the row's shared address). Each of wq_frags's loads
+ * then takes a warp's 8 pieces (4 lanes share one) from 8 different bank groups, one pass; in the plain map their
+ * 64-byte stride puts them on 2, four passes. The values are the same. */
+static inline cudaError_t wq_map_tiles(CUtensorMap *map, const uint32_t *codes, int64_t groups, int64_t K,
+                                       int box_groups) {
+    const cuuint64_t dims[3] = {32, (cuuint64_t)K / 16, (cuuint64_t)groups};
+    const cuuint64_t strides[2] = {128, (cuuint64_t)K * 8};
+    const cuuint32_t box[3] = {32, 4, (cuuint32_t)box_groups};
+    return wg_map_nd(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, codes, 3, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
+}
+
 template <class T> static inline cudaError_t wq_launch(const wq_args *a, int m, int K, cudaStream_t st) {
     static int attr; /* racing first callers set the same value */
     if (!attr) {
@@ -361,9 +376,13 @@ template <class T> static inline cudaError_t wq_launch(const wq_args *a, int m, 
                        CU_TENSOR_MAP_SWIZZLE_NONE);
     if (e != cudaSuccess) return e;
     job.count = a->count;
+    static int swizzle = -1;
+    job.swizzle = cu_env_int("QUILL_WQ_SWIZZLE", &swizzle, 0, 0, 1);
     for (int i = 0; i < a->count; i++) {
         if (!wg_q4_ok(&a->q[i], K)) return cudaErrorInvalidValue;
-        if (a->q[i].tiled) /* groups of 16 rows (padded), each a row of K / 64 runs of 512 bytes */
+        if (a->q[i].tiled && job.swizzle)
+            e = wq_map_tiles(&job.q[i], a->q[i].codes, q4t_rows(a->n[i]) / 16, K, T::BO / 16);
+        else if (a->q[i].tiled) /* groups of 16 rows (padded), each a row of K / 64 runs of 512 bytes */
             e = wg_map_any(&job.q[i], CU_TENSOR_MAP_DATA_TYPE_UINT32, a->q[i].codes, q4t_rows(a->n[i]) / 16,
                            (int64_t)K * 2, (int64_t)K * 8, 128, T::BO / 16, CU_TENSOR_MAP_SWIZZLE_NONE);
         else

@@ -49,6 +49,15 @@ __host__ __device__ __forceinline__ int64_t q4_code_byte_at(int tiled, int64_t o
 __host__ __device__ __forceinline__ int64_t q4_sb_at(int tiled, int64_t o, int64_t gi, int64_t gpr) {
     return tiled ? q4t_sb_index(o, gi, gpr) : o * gpr + gi;
 }
+/* The prompt GEMM's stage (cuda_gemm_wgq.cuh): a K tile's codes of its groups of 16 rows, group G's 512 bytes at
+ * qt + 512 G (qt 1024-aligned), i.e. 4 rows of 128 bytes. Where the 16 bytes at 16 j (j < 4) of rows lo and lo + 8's
+ * 64 lie (lo % 16 < 8: the pair's bytes interleaved 8 at a time, the 16-byte pieces 4 (lo % 2) + j of a 128-byte row).
+ * swizzle: the codes came by TMA's 128-byte swizzle (wq_map_tiles), which puts piece p of the row at address a at
+ * p ^ ((a >> 7) & 7). */
+__host__ __device__ __forceinline__ uint32_t q4t_stage_piece(uint32_t qt, int lo, int j, int swizzle) {
+    const uint32_t row = qt + (uint32_t)(lo >> 4) * 512 + (uint32_t)(lo & 6) * 64;
+    return row + 16 * (((uint32_t)(4 * (lo & 1) + j)) ^ (swizzle ? (row >> 7) & 7 : 0));
+}
 /* The inverses, for laying a weight out: the row-major byte whose tiled place is byte t (of whole groups of K codes a
  * row), and the row-major index of the scale (bias) whose tiled index is t. tests/unit/backend/test_q4_tiled.c checks
  * that each undoes its reader above. */

@@ -103,12 +103,38 @@ static void test_rows_and_eligible(void **state) {
     assert_false(q4t_eligible(&W));
 }
 
+/* The prompt GEMM's stage reads (q4t_stage_piece): plain, each piece where the tiles put it in a stage; swizzled,
+ * where TMA's 128-byte swizzle moves it (modelled here on the whole address: bits 4..6 xor bits 7..9, the pattern
+ * the bf16 GEMM's wgmma descriptors read). And what the swizzle is for: a warp's load (lanes 4 i .. 4 i + 3 share
+ * rows lo = 16 w + i, i < 8) takes its 8 pieces from 8 different 16-byte bank groups, where the plain stage has 2. */
+static uint32_t tma_swizzle128(uint32_t a) { return a ^ (((a >> 7) & 7) << 4); }
+static void test_stage_pieces(void **state) {
+    (void)state;
+    for (uint32_t qt = 0; qt < 4 * 1024; qt += 1024)
+        for (int lo = 0; lo < 128; lo++) {
+            if (lo & 8) continue; /* rows lo + 8 ride with lo */
+            for (int j = 0; j < 4; j++) {
+                const uint32_t plain = qt + (uint32_t)(lo >> 4) * 512 + (uint32_t)(lo & 7) * 64 + 16 * (uint32_t)j;
+                assert_int_equal(q4t_stage_piece(qt, lo, j, 0), plain);
+                assert_int_equal(q4t_stage_piece(qt, lo, j, 1), tma_swizzle128(plain));
+            }
+        }
+    for (int w = 0; w < 8; w++)
+        for (int j = 0; j < 4; j++)
+            for (int sw = 0; sw < 2; sw++) {
+                unsigned groups = 0;
+                for (int i = 0; i < 8; i++) groups |= 1u << ((q4t_stage_piece(0, 16 * w + i, j, sw) % 128) / 16);
+                assert_int_equal(__builtin_popcount(groups), sw ? 8 : 2);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codes_round_trip),
         cmocka_unit_test(test_scales_round_trip),
         cmocka_unit_test(test_either_order),
         cmocka_unit_test(test_rows_and_eligible),
+        cmocka_unit_test(test_stage_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
