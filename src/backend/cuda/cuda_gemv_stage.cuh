@@ -270,7 +270,8 @@ __device__ __forceinline__ void gt_copy_x(const float *x, const gt_input &in, in
     const uint32_t b = cu_smem_addr(bar);
     float *second = xr + gt_xsm_second<Q>(n, row0, nt, us); /* the sums' or the gates' rows */
     if (threadIdx.x < 32) {
-        if (threadIdx.x == 0) wg_fence_proxy_async_global(), wg_bar_expect(b, (uint32_t)rows * (xb + sb));
+        wg_fence_proxy_async_global(); /* each lane's copies read what it acquired at the wait */
+        if (threadIdx.x == 0) wg_bar_expect(b, (uint32_t)rows * (xb + sb));
         __syncwarp();
         for (int j = threadIdx.x; j < rows * per_row; j += 32) {
             const int r = j / per_row, c = j % per_row;
