@@ -20,6 +20,9 @@ Cuts (the one-row decode matmul is cuda_gemv.cuh's gt_block, 4-bit split mode):
   pre=N       only the ring's first N units (and their groups' scales) go out before the wait, the rest once staging's
               loads are back, before the barrier after it (main: all D; pre=0 none): whether x's loads, issued after
               the wait, queue behind the ring's (the fifty-first pass's question, asked without the copy engine)
+  wna         not a cut (the values stay right): the 4-bit one-row kernels' weight loads do not allocate in L1
+              (ld.global.nc.L1::no_allocate; the tenth pass tried it on the row-major weights: +0.7 %), so that x's
+              loads after the wait find the L1 less full
   xtma        not a cut (the values stay right): the one-row kernels take x by bulk copies (GT_X_TMA 1; the
               environment's QUILL_CUDA_XTMA picks the inputs, default all)
 
@@ -66,6 +69,12 @@ RING_PART = '''    if (P.wact) {{ /* step_cuts {cut}: the ring's units {lo} .. {
         }}
     }}
 '''
+WLOAD_Q4 = '''        const uint4 a = __ldg((const uint4 *)q0);
+        w[0][0] = a.x, w[0][1] = a.y, w[1][0] = a.z, w[1][1] = a.w;
+'''
+WLOAD_Q4_NA = '''        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\\n" /* step_cuts wna */
+            : "=r"(w[0][0]), "=r"(w[0][1]), "=r"(w[1][0]), "=r"(w[1][1]) : "l"(q0));
+'''
 WAIT = '''    wait(); /* x, the partials and the tickets are the previous ops' */
 '''
 
@@ -104,6 +113,8 @@ def apply(tree, cut, files):
     elif name == 'pre' and arg.isdigit():
         g = replace_once(g, RING_START, RING_PART.format(cut=cut, lo=0, hi=arg) + RING_START.split('\n')[1], cut)
         files[GEMV] = replace_once(g, STAGED, RING_PART.format(cut=cut, lo=arg, hi='D') + STAGED, cut)
+    elif name == 'wna':
+        files[GEMV] = replace_once(g, WLOAD_Q4, WLOAD_Q4_NA, cut)
     elif name == 'xtma':
         files[GEMV] = replace_once(g, '#define GT_X_TMA 0\n', '#define GT_X_TMA 1\n', cut)
     elif name == 'blocks' and arg.isdigit():
