@@ -41,7 +41,8 @@ echo '{"messages":[]}' >"$tmp/bad.json"
 "$quill" tokenize "$tok" --chat "$tmp/bad.json" >/dev/null 2>"$tmp/e3"; check "empty messages -> error" test $? -ne 0
 check "empty messages named" grep -q "messages" "$tmp/e3"
 check "the template's file named" grep -q "tokenizer_config.json: messages" "$tmp/e3"
-"$quill" tokenize "$tok" --chat "$tmp/bad.json" --ids >/dev/null 2>"$tmp/e4"; check "--ids: empty messages -> error" test $? -ne 0
+"$quill" tokenize "$tok" --chat "$tmp/bad.json" --ids >/dev/null 2>"$tmp/e4"
+check "--ids: empty messages -> error" test $? -ne 0
 check "--ids: the template's file named" grep -q "tokenizer_config.json: messages" "$tmp/e4"
 
 echo "$pass passed, $fails failed"

@@ -61,11 +61,13 @@ STAGED = '    __syncthreads();\n\n    for (;;) {'
 RING_PART = '''    if (P.wact) {{ /* step_cuts {cut}: the ring's units {lo} .. {hi} - 1 */
 #pragma unroll
         for (int d = 0; d < D; d++)
-            if (d >= {lo} && d < {hi} && d < P.us) gt_wload<Q>(w[d], P.p0 + d * gt_cfg<Q>::UB, P.p8 + d * gt_cfg<Q>::UB);
+            if (d >= {lo} && d < {hi} && d < P.us)
+                gt_wload<Q>(w[d], P.p0 + d * gt_cfg<Q>::UB, P.p8 + d * gt_cfg<Q>::UB);
         if constexpr (Q != 0) {{
 #pragma unroll
             for (int q = 0; q < D / 4; q++)
-                if (4 * q >= {lo} && 4 * q < {hi} && 4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.bb0, P.ub, 4 * q, P.us, t);
+                if (4 * q >= {lo} && 4 * q < {hi} && 4 * q < P.us)
+                    gt_sload<Q>(sb[q], P.s0, P.bb0, P.ub, 4 * q, P.us, t);
         }}
     }}
 '''

@@ -2,8 +2,8 @@
  * row), against two other forms, on one core with the weights in L1 (docs/performance.md, fifty-second pass):
  *   today     each pair's two code words broadcast and merged (a's in lanes 0..7, b's in 8..15), shifted, masked,
  *             the weights picked from the pair's two 16-entry tables (vpermt2ps), then x * w added to the pair's sum
- *   qword     the same with the pair's words stored side by side (a layout the CPU does not have): one 64-bit broadcast,
- *             no merge; the lanes alternate a and b, so x comes duplicated (x0 x0 x1 x1 ...)
+ *   qword     the same with the pair's words stored side by side (a layout the CPU does not have): one 64-bit
+ *             broadcast, no merge; the lanes alternate a and b, so x comes duplicated (x0 x0 x1 x1 ...)
  *   multiply  the multiply and the add alone, weights already in registers: the floor of exact f32 without FMA
  * Prints ns a chunk of 4 pairs (8 weight rows x 8 inputs: 64 multiply-adds). Not part of the build or the tests:
  *   gcc -O2 -std=c11 -mavx512f tools/bench/cpu_q4_unit.c -o /tmp/cpu_q4_unit && /tmp/cpu_q4_unit */
@@ -39,10 +39,12 @@ KERNEL static float today(const unsigned char *codes, int64_t row, const float *
             uint32_t wa, wb;
             memcpy(&wa, codes + 2 * k * row + 4 * c, 4);
             memcpy(&wb, codes + (2 * k + 1) * row + 4 * c, 4);
-            const __m512i words = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((int)wa), _mm512_set1_epi32((int)wb));
+            const __m512i words =
+                _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((int)wa), _mm512_set1_epi32((int)wb));
             const __m512i index =
                 _mm512_ternarylogic_epi32(_mm512_srlv_epi32(words, shifts), _mm512_set1_epi32(15), b_half, 0xEA);
-            acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, _mm512_permutex2var_ps(tab[2 * k], index, tab[2 * k + 1])));
+            const __m512 w = _mm512_permutex2var_ps(tab[2 * k], index, tab[2 * k + 1]);
+            acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, w));
         }
     }
     return finish(acc);
@@ -60,7 +62,8 @@ KERNEL static float qword(const unsigned char *codes, int64_t pair, const float 
             memcpy(&q, codes + k * pair + 8 * c, 8);
             const __m512i index = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(_mm512_set1_epi64(q), shifts),
                                                             _mm512_set1_epi32(15), b_odd, 0xEA);
-            acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, _mm512_permutex2var_ps(tab[2 * k], index, tab[2 * k + 1])));
+            const __m512 w = _mm512_permutex2var_ps(tab[2 * k], index, tab[2 * k + 1]);
+            acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, w));
         }
     }
     return finish(acc);

@@ -291,7 +291,8 @@ template <class T> __device__ __forceinline__ void wq_gemm_body(const wq_job &jo
             wg_bar_expect(bar, T::TX);
             wg_tma_load(st, &job.x[0], t * WG_BK, row0, bar);
             wg_tma_load(st + T::X_BYTES, &job.x[1], t * WG_BK, row0, bar);
-            if (job.w[wi].tiled && job.swizzle) wg_tma_load_3d(st + 2 * T::X_BYTES, &job.q[wi], 0, 4 * t, col0 / 16, bar);
+            if (job.w[wi].tiled && job.swizzle)
+                wg_tma_load_3d(st + 2 * T::X_BYTES, &job.q[wi], 0, 4 * t, col0 / 16, bar);
             else if (job.w[wi].tiled) wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 128, col0 / 16, bar);
             else wg_tma_load(st + 2 * T::X_BYTES, &job.q[wi], t * 8, col0, bar);
             wg_tma_load(st + 2 * T::X_BYTES + T::Q_BYTES, &job.xs, row0, t, bar);
