@@ -35,6 +35,7 @@ KERNEL static float today(const unsigned char *codes, int64_t row, const float *
     const __m512i b_half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
     for (int c = 0; c < CHUNKS; c++) {
         const __m512 xc = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x + 8 * c))));
+#pragma GCC unroll 4 /* the sums stay in registers (an array indexed in a loop gcc does not unroll lives on the stack) */
         for (int k = 0; k < 4; k++) {
             uint32_t wa, wb;
             memcpy(&wa, codes + 2 * k * row + 4 * c, 4);
@@ -57,6 +58,7 @@ KERNEL static float qword(const unsigned char *codes, int64_t pair, const float 
     const __m512i b_odd = _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16);
     for (int c = 0; c < CHUNKS; c++) {
         const __m512 xc = _mm512_loadu_ps(xd + 16 * c);
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             int64_t q;
             memcpy(&q, codes + k * pair + 8 * c, 8);
@@ -73,6 +75,7 @@ KERNEL static float multiply(const float *xd, const __m512 *tab) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     for (int c = 0; c < CHUNKS; c++) {
         const __m512 xc = _mm512_loadu_ps(xd + 16 * c);
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, tab[k]));
     }
     return finish(acc);
