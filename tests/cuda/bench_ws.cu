@@ -37,7 +37,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "backend/cuda/cuda_gemm_wg.cuh" /* wg_bar_*: the mbarriers; wg_map, wg_tma_load: the tensor copies */
+#include "backend/cuda/cuda_gemm_wg.cuh" /* wg_bar_*, wg_bulk_load (cuda_wgmma.cuh); wg_map, wg_tma_load */
 #include "backend/cuda/cuda_gemv.cuh"
 #include "bench_check.h"
 #include "bench_weights.h"
@@ -147,7 +147,7 @@ __device__ __forceinline__ ws_item ws_locate(const ws_op &op, int j) {
     return it;
 }
 
-/* ---- the loader's slot test, bulk copies, flags (the mbarriers' init, arrive, expect, wait: cuda_gemm_wg.cuh) --- */
+/* ---- the loader's slot test and flags (the mbarriers and bulk copies: cuda_wgmma.cuh) ---- */
 __device__ __forceinline__ bool ws_test(uint32_t bar, uint32_t parity) { /* no wait */
     uint32_t done;
     asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
@@ -155,11 +155,6 @@ __device__ __forceinline__ bool ws_test(uint32_t bar, uint32_t parity) { /* no w
                  : "r"(bar), "r"(parity)
                  : "memory");
     return done;
-}
-__device__ __forceinline__ void ws_copy(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
-                 "l"(src), "r"(bytes), "r"(bar)
-                 : "memory");
 }
 __device__ __forceinline__ void ws_st_release(unsigned *p, unsigned v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
@@ -196,9 +191,9 @@ __device__ __forceinline__ void ws_load(const ws_chain &ch, int c, unsigned char
         wg_bar_expect(bar, WS_SLOT_TX);
 #if WS_Q
         const size_t u0 = (size_t)it.og * W.U + it.ub + k * WS_CH; /* the group's units in a run (cuda_q4_tiled.cuh) */
-        ws_copy(dst, W.w + u0 * 512, WS_Q4_CODES, bar);
-        ws_copy(dst + WS_Q4_CODES, W.sc + u0 * 32, WS_CH * 32, bar);
-        ws_copy(dst + WS_Q4_CODES + WS_CH * 32, W.bi + u0 * 32, WS_CH * 32, bar);
+        wg_bulk_load(dst, W.w + u0 * 512, WS_Q4_CODES, bar);
+        wg_bulk_load(dst + WS_Q4_CODES, W.sc + u0 * 32, WS_CH * 32, bar);
+        wg_bulk_load(dst + WS_Q4_CODES + WS_CH * 32, W.bi + u0 * 32, WS_CH * 32, bar);
 #elif WS_TMA
 #pragma unroll
         for (int b = 0; b < WS_CH / WS_BOXU; b++)
@@ -206,7 +201,7 @@ __device__ __forceinline__ void ws_load(const ws_chain &ch, int c, unsigned char
 #else
         const unsigned char *src = W.w + ((size_t)it.og * 16 * W.K + (size_t)(it.ub + k * WS_CH) * 32) * 2;
 #pragma unroll 4
-        for (int r = 0; r < 16; r++) ws_copy(dst + r * WS_ROW, src + (size_t)r * W.K * 2, WS_CH * 64, bar);
+        for (int r = 0; r < 16; r++) wg_bulk_load(dst + r * WS_ROW, src + (size_t)r * W.K * 2, WS_CH * 64, bar);
 #endif
         n++;
         if (++k == it.us / WS_CH) {
@@ -284,7 +279,7 @@ __global__ void __launch_bounds__((WS_CW + 1) * 32, 1) ws_kernel(const __grid_co
     if (threadIdx.x < WS_CW * WS_NST) wg_bar_init(full + 8 * threadIdx.x, 1), wg_bar_init(empty + 8 * threadIdx.x, 1);
     if (threadIdx.x < 40) ws_zero_f[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
     if (threadIdx.x == 0) ws_zero_x = 0.0f;
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    wg_bar_init_done();
     __syncthreads();
     unsigned char *slots = ws_smem; /* 128-byte aligned, as tensor copies want */
     uint4 *xf = (uint4 *)(slots + (size_t)WS_CW * WS_NST * WS_SLOT);
