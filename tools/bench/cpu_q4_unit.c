@@ -31,47 +31,55 @@ static float finish(__m512 acc[4]) {
     return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
 }
 
-/* codes: row r's chunk c at codes + r * row + 4 c */
-KERNEL static float today(const unsigned char *codes, int64_t row, const float *x, const __m512 *tab) {
+/* Pair k's weights of chunk c from its two 16-entry tables. pa: the pair's first code bytes. Today's layout: row a's
+ * word at pa + 4 c and row b's a row later, a's in lanes 0..7, b's in 8..15. qword: both words at pa + 8 c, the lanes
+ * alternating a and b. */
+static inline __attribute__((always_inline)) __m512 pair_weights(int qw, const unsigned char *pa, int64_t row,
+                                                                 int64_t c, __m512 ta, __m512 tb) {
+    const __m512i shifts = qw ? _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28)
+                              : _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512i b_lanes = qw ? _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16)
+                               : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
+    __m512i words;
+    if (qw) {
+        int64_t q;
+        memcpy(&q, pa + 8 * c, 8);
+        words = _mm512_set1_epi64(q);
+    } else {
+        uint32_t wa, wb;
+        memcpy(&wa, pa + 4 * c, 4);
+        memcpy(&wb, pa + row + 4 * c, 4);
+        words = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((int)wa), _mm512_set1_epi32((int)wb));
+    }
+    const __m512i index =
+        _mm512_ternarylogic_epi32(_mm512_srlv_epi32(words, shifts), _mm512_set1_epi32(15), b_lanes, 0xEA);
+    return _mm512_permutex2var_ps(ta, index, tb);
+}
+/* x's inputs 8 c .. 8 c + 7 in both halves (today), or x duplicated (qword: xd's 16 values at 16 c). */
+static inline __attribute__((always_inline)) __m512 x_chunk(int qw, const float *x, int64_t c) {
+    return qw ? _mm512_loadu_ps(x + 16 * c)
+              : _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x + 8 * c))));
+}
+
+/* The unit alone: pair k's codes at codes + 2 k row (row: a row's bytes), its tables tab[2 k], tab[2 k + 1]. */
+static inline __attribute__((always_inline)) float unit(int qw, const unsigned char *codes, int64_t row,
+                                                        const float *x, const __m512 *tab) {
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    const __m512i shifts = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    const __m512i b_half = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
     for (int c = 0; c < CHUNKS; c++) {
-        const __m512 xc = _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x + 8 * c))));
-#pragma GCC unroll 4 /* the sums stay in registers (an array indexed in a loop gcc does not unroll lives on the stack) */
-        for (int k = 0; k < 4; k++) {
-            uint32_t wa, wb;
-            memcpy(&wa, codes + 2 * k * row + 4 * c, 4);
-            memcpy(&wb, codes + (2 * k + 1) * row + 4 * c, 4);
-            const __m512i words =
-                _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((int)wa), _mm512_set1_epi32((int)wb));
-            const __m512i index =
-                _mm512_ternarylogic_epi32(_mm512_srlv_epi32(words, shifts), _mm512_set1_epi32(15), b_half, 0xEA);
-            const __m512 w = _mm512_permutex2var_ps(tab[2 * k], index, tab[2 * k + 1]);
-            acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, w));
-        }
+        const __m512 xc = x_chunk(qw, x, c);
+/* unrolled, the sums stay in registers (an array indexed in a loop gcc does not unroll lives on the stack) */
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, pair_weights(qw, codes + 2 * k * row, row, c, tab[2 * k],
+                                                                          tab[2 * k + 1])));
     }
     return finish(acc);
 }
-
-/* codes: pair k's chunk c, a's word then b's, at codes + k * pair + 8 c; xd: x duplicated */
-KERNEL static float qword(const unsigned char *codes, int64_t pair, const float *xd, const __m512 *tab) {
-    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-    const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
-    const __m512i b_odd = _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16);
-    for (int c = 0; c < CHUNKS; c++) {
-        const __m512 xc = _mm512_loadu_ps(xd + 16 * c);
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) {
-            int64_t q;
-            memcpy(&q, codes + k * pair + 8 * c, 8);
-            const __m512i index = _mm512_ternarylogic_epi32(_mm512_srlv_epi32(_mm512_set1_epi64(q), shifts),
-                                                            _mm512_set1_epi32(15), b_odd, 0xEA);
-            const __m512 w = _mm512_permutex2var_ps(tab[2 * k], index, tab[2 * k + 1]);
-            acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, w));
-        }
-    }
-    return finish(acc);
+KERNEL static float today(const unsigned char *codes, int64_t row, const float *x, const __m512 *tab) {
+    return unit(0, codes, row, x, tab);
+}
+KERNEL static float qword(const unsigned char *codes, int64_t row, const float *xd, const __m512 *tab) {
+    return unit(1, codes, row, xd, tab);
 }
 
 KERNEL static float multiply(const float *xd, const __m512 *tab) {
@@ -99,10 +107,6 @@ static __m512 q4_table(float s, float b) {
 KERNEL static void matmul(int qw, const unsigned char *w, const uint16_t *sc, const uint16_t *bi, int64_t n_in,
                           int64_t n_out, const float *x, float *y) {
     const int64_t row = n_in / 2, ng = n_in / 64;
-    const __m512i shifts = qw ? _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28)
-                              : _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    const __m512i b_lanes = qw ? _mm512_setr_epi32(0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16)
-                               : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16);
     for (int64_t o = 0; o < n_out; o += 8) {
         __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
         for (int64_t g = 0; g < ng; g++) {
@@ -120,25 +124,11 @@ KERNEL static void matmul(int qw, const unsigned char *w, const uint16_t *sc, co
                     _mm_prefetch((const char *)w + (a + 32) * row + g * 64, _MM_HINT_T0);
             }
             for (int64_t c = 8 * g; c < 8 * g + 8; c++) {
-                const __m512 xc = qw ? _mm512_loadu_ps(x + 16 * c)
-                                     : _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x + 8 * c))));
+                const __m512 xc = x_chunk(qw, x, c);
 #pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) {
-                    __m512i words;
-                    if (qw) {
-                        int64_t q;
-                        memcpy(&q, w + (o + 2 * k) * row + 8 * c, 8);
-                        words = _mm512_set1_epi64(q);
-                    } else {
-                        uint32_t wa, wb;
-                        memcpy(&wa, w + (o + 2 * k) * row + 4 * c, 4);
-                        memcpy(&wb, w + (o + 2 * k + 1) * row + 4 * c, 4);
-                        words = _mm512_mask_blend_epi32(0xff00, _mm512_set1_epi32((int)wa), _mm512_set1_epi32((int)wb));
-                    }
-                    const __m512i index =
-                        _mm512_ternarylogic_epi32(_mm512_srlv_epi32(words, shifts), _mm512_set1_epi32(15), b_lanes, 0xEA);
-                    acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, _mm512_permutex2var_ps(ta[k], index, tb[k])));
-                }
+                for (int k = 0; k < 4; k++)
+                    acc[k] = _mm512_add_ps(acc[k], _mm512_mul_ps(xc, pair_weights(qw, w + (o + 2 * k) * row, row, c,
+                                                                                  ta[k], tb[k])));
             }
         }
         for (int k = 0; k < 4; k++) { /* each row's 8 lanes in order (qword: every other lane) */
@@ -177,7 +167,8 @@ static void rows_table(int64_t n_in, int64_t n_out) {
             g[qw][run] = (double)(n_in * n_out) * reps / (now() - t0) / 1e9;
         }
     printf("| %lld x %lld (%.0f MB) | %.2f / %.2f | %.2f / %.2f | %s |\n", (long long)n_out, (long long)n_in,
-           (double)(n_out * row) / 1e6, g[0][0], g[0][1], g[1][0], g[1][1], memcmp(y, yq, (size_t)n_out * 4) ? "no" : "yes");
+           (double)(n_out * row) / 1e6, g[0][0], g[0][1], g[1][0], g[1][1],
+           memcmp(y, yq, (size_t)n_out * 4) ? "no" : "yes");
     free(w), free(wq), free(sc), free(bi), free(x), free(xd), free(y), free(yq);
 }
 
@@ -198,7 +189,7 @@ int main(void) {
         for (int f = 0; f < 3; f++) {
             const double t0 = now();
             for (int64_t r = 0; r < reps; r++)
-                sink += f == 0 ? today(codes, row, x, tab) : f == 1 ? qword(codes, 2 * row, x, tab) : multiply(x, tab);
+                sink += f == 0 ? today(codes, row, x, tab) : f == 1 ? qword(codes, row, x, tab) : multiply(x, tab);
             ns[f][run] = (now() - t0) / (double)(reps * CHUNKS) * 1e9;
         }
     for (int f = 0; f < 3; f++) printf("| %s | %.2f / %.2f |\n", names[f], ns[f][0], ns[f][1]);
