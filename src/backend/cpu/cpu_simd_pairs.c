@@ -6,10 +6,10 @@
  *
  * Up to 4 input rows (decode, a few streams): the pair's codes become f32 weights in registers and meet every
  * row at once, with no scratch. More input rows (prefill, many streams): a quad of 8 weight rows is dequantized
- * into scratch as pairs, chunk-interleaved ([n_in / 8][2][8] floats a pair), and every input row runs over it
- * while it is in L1 (32 KiB at n_in 1024). Four pairs go at once, each with its own sum, so that no add waits
- * for the one before; rows missing at the end of a range are stood in for by the last row, their outputs
- * dropped.
+ * into scratch as pairs, chunk-interleaved ([n_in / 8][2][8] floats a pair), and every input row of a block runs
+ * over it while it is in L1 (32 KiB at n_in 1024) or L2; the blocks of input rows (1.5 MiB) stay in L2 from one
+ * quad to the next. Four pairs go at once, each with its own sum, so that no add waits for the one before; rows
+ * missing at the end of a range are stood in for by the last row, their outputs dropped.
  * Takes 4- and 8-bit AFFINE and BF16 weights with n_in % 8 == 0 (cpu_pairs_take); the rest stay with
  * cpu_matmul.c's blocks. Not here: the choice of the level (cpu_simd.c), threads (cpu_matmul.c). */
 #include "cpu_internal.h"
@@ -208,20 +208,24 @@ static AVX512 void quad_rows(const qweight *W, const int64_t rows[8], float *dst
     }
 }
 
-/* Dots of R (1 or 2) input rows x, x + n_in with the 4 interleaved pairs at p (8 weight rows): out[r][8]. Two rows
- * share each load of the scratch; each row's sums are its own, in the same order either way. */
+/* Dots of R (1..DOT_ROWS) input rows x + r n_in with the 4 interleaved pairs at p (8 weight rows): out[r][8]. The
+ * rows share each load of the scratch; each row's sums are its own, in the same order either way. 4 rows take 16
+ * sums, 4 weights and x in 21 of the 32 registers; against 2 rows, one thread at 512 rows went from 40 to 48 G
+ * multiply-adds a second at 1024 inputs and from 31-35 to 43-49 at 2560-12288 (the scratch, from L2 past 1024
+ * inputs, is read half as often); 6 rows gave the same as 4. */
+#define DOT_ROWS 4
 static inline __attribute__((always_inline)) AVX512 void quad_dot_rows(int R, const float *x, const float *p,
-                                                                      int64_t n_in, float out[2][8]) {
+                                                                      int64_t n_in, float out[DOT_ROWS][8]) {
     const float *p0 = p, *p1 = p + 2 * n_in, *p2 = p + 4 * n_in, *p3 = p + 6 * n_in;
-    __m512 a[2][4];
-#pragma GCC unroll 2
+    __m512 a[DOT_ROWS][4];
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) a[r][k] = _mm512_setzero_ps();
     for (int64_t c = 0; c < n_in / 8; c++) {
         const __m512 w0 = _mm512_loadu_ps(p0 + 16 * c), w1 = _mm512_loadu_ps(p1 + 16 * c);
         const __m512 w2 = _mm512_loadu_ps(p2 + 16 * c), w3 = _mm512_loadu_ps(p3 + 16 * c);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const __m512 xc = x_chunk(x + r * n_in, c);
             a[r][0] = _mm512_add_ps(a[r][0], _mm512_mul_ps(xc, w0));
@@ -230,16 +234,29 @@ static inline __attribute__((always_inline)) AVX512 void quad_dot_rows(int R, co
             a[r][3] = _mm512_add_ps(a[r][3], _mm512_mul_ps(xc, w3));
         }
     }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int r = 0; r < R; r++)
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) pair_trees(a[r][k], out[r] + 2 * k);
 }
-static AVX512 void quad_dot(const float *x, const float *p, int64_t n_in, float out[2][8]) {
-    quad_dot_rows(1, x, p, n_in, out);
+static AVX512 void quad_dot(int R, const float *x, const float *p, int64_t n_in, float out[DOT_ROWS][8]) {
+    switch (R) {
+    case 1: quad_dot_rows(1, x, p, n_in, out); return;
+    case 2: quad_dot_rows(2, x, p, n_in, out); return;
+    case 3: quad_dot_rows(3, x, p, n_in, out); return;
+    default: quad_dot_rows(DOT_ROWS, x, p, n_in, out); return;
+    }
 }
-static AVX512 void quad_dot2(const float *x, const float *p, int64_t n_in, float out[2][8]) {
-    quad_dot_rows(2, x, p, n_in, out);
+
+/* The input rows of the scratch path's blocks: 1.5 MiB of them, in L2 (2 MiB a core here) with the quad, and at
+ * least 128, so that a quad is dequantized again at most once every 128 rows. One thread, 512 rows, G multiply-adds
+ * a second (the fifty-third pass in docs/performance.md): at 2560 inputs 37-38 unblocked -> 48-49; at 9216 and
+ * 12288 inputs unblocked 47-49 / 43-50, blocks of 40 / 32 rows (1.5 MiB alone) 46 / 42-45, of 128 rows 47 / 46-47. */
+#define ROW_BLOCK_BYTES (3 << 19)
+#define ROW_BLOCK_MIN 128
+static int64_t row_block(int64_t n_in) {
+    int64_t rows = ROW_BLOCK_BYTES / (n_in * (int64_t)sizeof(float));
+    return rows < ROW_BLOCK_MIN ? ROW_BLOCK_MIN : rows - rows % DOT_ROWS;
 }
 
 /* The 8 rows from o0 on, the ones past end replaced by end - 1 (their outputs are not kept). */
@@ -262,18 +279,21 @@ AVX512 void cpu_matmul_pairs(const qweight *W, const float *x, int n, float *y, 
         }
         return;
     }
-    /* a quad dequantized once, then every input row over it, two rows at a time (prefill 512 on the 0.8B 4-bit:
-     * 116-118 -> 127 tokens/s, 8 / 16 streams +1-3 %) */
-    for (int64_t o0 = begin; o0 < end; o0 += 8) {
-        int live = quad_rows_at(o0, end, rows);
-        quad_rows(W, rows, scratch);
-        for (int r = 0; r < n; r += 2) {
-            const int two = r + 1 < n;
-            float out2[2][8];
-            if (two) quad_dot2(x + (int64_t)r * n_in, scratch, n_in, out2);
-            else quad_dot(x + (int64_t)r * n_in, scratch, n_in, out2);
-            for (int i = 0; i <= two; i++)
-                memcpy(y + (int64_t)(r + i) * n_out + o0, out2[i], (size_t)live * sizeof(float));
+    /* a quad dequantized once, then every input row of a block over it, DOT_ROWS rows at a time. The block is the
+     * input rows that fit ROW_BLOCK_BYTES, so that they stay in L2 from one quad to the next rather than coming again
+     * from L3 or memory for each; a quad is then dequantized once a block. */
+    const int64_t block = row_block(n_in);
+    for (int64_t r0 = 0; r0 < n; r0 += block) {
+        const int64_t r1 = r0 + block < n ? r0 + block : n;
+        for (int64_t o0 = begin; o0 < end; o0 += 8) {
+            int live = quad_rows_at(o0, end, rows);
+            quad_rows(W, rows, scratch);
+            for (int64_t r = r0; r < r1; r += DOT_ROWS) {
+                const int R = (int)(r1 - r < DOT_ROWS ? r1 - r : DOT_ROWS);
+                float out[DOT_ROWS][8];
+                quad_dot(R, x + r * n_in, scratch, n_in, out);
+                for (int i = 0; i < R; i++) memcpy(y + (r + i) * n_out + o0, out[i], (size_t)live * sizeof(float));
+            }
         }
     }
 }
