@@ -15,7 +15,7 @@
 
 /* ---- conv1d + SiLU ---------------------------------------------------------------------------- */
 
-enum { CV_CH = 10, CV_K = 4 };
+enum { CV_CH = 300, CV_K = 4 }; /* one whole block of the CPU conv's 256 channels and a part of one */
 
 static void conv_ref(const float *x, const qseq *sq, const float *state, const float *w, double *y,
                      float *new_state) {
