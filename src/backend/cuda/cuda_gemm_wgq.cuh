@@ -84,7 +84,7 @@ struct wq_job {
     float *y[WG_WEIGHTS];
     int n[WG_WEIGHTS], nb0[WG_WEIGHTS + 1];
     int count;
-    int swizzle; /* tiled codes by wq_map_tiles' swizzled map (QUILL_WQ_SWIZZLE=1), not the plain one */
+    int swizzle; /* tiled codes by wq_map_tiles' swizzled map (default; QUILL_WQ_SWIZZLE=0: the plain one) */
 };
 
 /* A code word's byte (bits 0..7 of u) as the bf16x2 of its two codes, the low nibble in the low half. */
@@ -378,7 +378,7 @@ template <class T> static inline cudaError_t wq_launch(const wq_args *a, int m, 
     if (e != cudaSuccess) return e;
     job.count = a->count;
     static int swizzle = -1;
-    job.swizzle = cu_env_int("QUILL_WQ_SWIZZLE", &swizzle, 0, 0, 1);
+    job.swizzle = cu_env_int("QUILL_WQ_SWIZZLE", &swizzle, 1, 0, 1);
     for (int i = 0; i < a->count; i++) {
         if (!wg_q4_ok(&a->q[i], K)) return cudaErrorInvalidValue;
         if (a->q[i].tiled && job.swizzle)
