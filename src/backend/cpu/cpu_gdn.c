@@ -59,6 +59,8 @@ static void conv_range(void *ctx, int64_t begin, int64_t end, int thread_index) 
                 for (int i = 0; i < CONV_BLOCK; i++) acc[i] = 0.0f;
                 for (int k = 0; k < K; k++) {
                     const float *xr = XP_ROW(t + k), *wk = wt + k * CONV_BLOCK;
+                    /* a whole block's loop has a constant count, which -O2 makes vectors of; the other loop
+                     * alone stays scalar (2.9 % of the 0.8B's prefill against 2.0 %) */
                     if (nc == CONV_BLOCK)
                         for (int i = 0; i < CONV_BLOCK; i++) acc[i] += wk[i] * xr[i];
                     else
