@@ -8,13 +8,15 @@
  * Attention: for each seq, first copy its k, v rows into the caches at pos0.., then each q head of each
  * row computes scores s_j = dot(q, k_j) * scale for j = 0..p (cpu_dot), softmax with max subtraction
  * (exp in f32, the sum in double, p_j = e_j / sum in f32), and out = sum_j p_j v_j accumulated in f32
- * in ascending j. An item is a row and a run of q heads sharing a K/V head (attn_items).
+ * in ascending j. An item is up to ATTN_ROWS rows of a seq and a run of q heads sharing a K/V head (attn_items),
+ * which share each widened tile of the cache.
  * Layout: q, out [n][n_q][dim]; k, v [n][n_kv][dim]; caches [ctx][n_kv][dim] of f32 or bf16 (rows
  * rounded to nearest even as they are written, widened as they are read); q head h reads kv head
  * h / (n_q / n_kv). Invariants: all cache writes of the call finish before any read; the caller
  * guarantees every cache holds pos0 + n_rows positions.
- * EXACT(batch): an item's arithmetic depends only on its own q row and its seq's cache, never on the
- * other seqs or the thread count; tests/unit/backend/test_cpu_attention.c (batch, thread counts). */
+ * EXACT(batch): a row's arithmetic depends only on its own q row and its seq's cache, never on the rows or heads
+ * beside it in an item, the other seqs or the thread count; tests/unit/backend/test_cpu_attention.c (batch, thread
+ * counts), test_cpu_simd.c (against the contract written out). */
 #include <string.h>
 
 #include "cpu_blocks.h"
@@ -22,6 +24,7 @@
 #define ROPE_MAX_HALF 512
 #define ATTN_MAX_RUN 8 /* q heads an attention item takes at most (a group larger is cut in runs) */
 #define ATTN_TILE 64   /* cache positions widened at a time */
+#define ATTN_ROWS 8    /* rows of a seq an attention item takes (each tile widened once for them) */
 
 typedef struct rope_job {
     float *x;
@@ -76,26 +79,36 @@ typedef struct attn_job {
     const float *q;
     const qseq *seqs;
     int n_seqs;
-    const int64_t *prefix;
+    const int64_t *blocks; /* [n_seqs + 1]: the item blocks before each seq's (ATTN_ROWS rows a block) */
     void *const *k_cache, *const *v_cache;
     qwfmt kv_fmt;
-    int64_t max_ctx; /* a thread's scratch: heads_per_item * max_ctx scores, then ATTN_TILE rows of dim floats */
+    int64_t max_ctx; /* a thread's scratch: ATTN_ROWS x heads_per_item x max_ctx scores, then ATTN_TILE rows of dim
+                      * floats */
     int n_q, n_kv, dim;
     int heads_per_item; /* q heads of one K/V head an item takes: each cache row is widened once for all of them */
     float scale;
     float *out;
 } attn_job;
 
-/* n bf16 values (unaligned) as f32, 8 at a time: the bits shifted up, as cpu_bf16_to_f32. */
+/* n bf16 values (unaligned) as f32, 8 at a time: the bits shifted up, as cpu_bf16_to_f32. With AVX2 and up (vec 8,
+ * 16) each value goes above a zero half by an interleave (gcc 12: two unpacks and a permute), not by the conversion
+ * (four shuffles and a shift); SSE keeps the conversion, which gcc does not turn into loose words. */
 typedef uint16_t bf16x8 __attribute__((vector_size(16)));
+typedef uint16_t bf16x16 __attribute__((vector_size(32)));
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
-CPU_FORCE_INLINE void widen_bf16(const unsigned char *src, float *dst, int n) {
+CPU_FORCE_INLINE void widen_bf16(int vec, const unsigned char *src, float *dst, int n) {
     int d = 0;
     for (; d + 8 <= n; d += 8) {
         bf16x8 h;
         memcpy(&h, src + 2 * d, sizeof h);
-        const u32x8 w = __builtin_convertvector(h, u32x8) << 16;
-        memcpy(dst + d, &w, sizeof w);
+        if (vec >= 8) {
+            const bf16x8 z = {0};
+            const bf16x16 w = __builtin_shufflevector(z, h, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15);
+            memcpy(dst + d, &w, sizeof w);
+        } else {
+            const u32x8 w = __builtin_convertvector(h, u32x8) << 16;
+            memcpy(dst + d, &w, sizeof w);
+        }
     }
     for (; d < n; d++) dst[d] = cpu_bf16_to_f32(cpu_load_u16(src + 2 * d));
 }
@@ -116,8 +129,8 @@ CPU_FORCE_INLINE void widen_q8(const unsigned char *codes, float scale, float *d
 
 /* Head kvh of cache positions k0..k0+count-1 as rows of dim f32 values, *ld apart: the cache itself (f32) or the
  * rows widened into tile. */
-CPU_FORCE_INLINE const float *kv_tile(const void *cache, qwfmt fmt, int64_t row_bytes, int64_t k0, int count, int n_kv,
-                                      int kvh, int dim, float *tile, int64_t *ld) {
+CPU_FORCE_INLINE const float *kv_tile(int vec, const void *cache, qwfmt fmt, int64_t row_bytes, int64_t k0, int count,
+                                      int n_kv, int kvh, int dim, float *tile, int64_t *ld) {
     const unsigned char *rows = (const unsigned char *)cache + k0 * row_bytes;
     *ld = dim;
     if (fmt == QW_F32) {
@@ -125,7 +138,7 @@ CPU_FORCE_INLINE const float *kv_tile(const void *cache, qwfmt fmt, int64_t row_
         return (const float *)rows + (int64_t)kvh * dim;
     } else if (fmt == QW_BF16) {
         for (int i = 0; i < count; i++)
-            widen_bf16(rows + i * row_bytes + (int64_t)kvh * dim * 2, tile + (int64_t)i * dim, dim);
+            widen_bf16(vec, rows + i * row_bytes + (int64_t)kvh * dim * 2, tile + (int64_t)i * dim, dim);
     } else if (fmt == QW_Q8) { /* a row: n_kv * dim codes, then n_kv f32 scales */
         for (int i = 0; i < count; i++) {
             const unsigned char *row = rows + i * row_bytes;
@@ -140,53 +153,71 @@ CPU_FORCE_INLINE const float *kv_tile(const void *cache, qwfmt fmt, int64_t row_
     return tile;
 }
 
-/* Items are (row, run of heads_per_item q heads of one K/V head); each head's arithmetic is its own, whatever
- * the run, so the run's length (chosen from the thread count) never changes a bit. The cache goes by in tiles of
- * ATTN_TILE positions, each widened once for the run; the scores are cpu_dot's (dots_against, four positions at
- * a time) and the weighted sum of values is the run of cpu_axpy calls it was (rows_accumulate), bit for bit. */
-CPU_FORCE_INLINE void attn_items(int vec, const attn_job *j, int64_t begin, int64_t end, float *scratch) {
-    const int hp = j->heads_per_item, runs = j->n_q / hp;
-    float *scores = scratch, *tile = scores + hp * j->max_ctx;
-    const int dim = j->dim, group = j->n_q / j->n_kv;
-    const int64_t kv_row = qkv_row_bytes(j->kv_fmt, j->n_kv, dim);
-    for (int64_t it = begin; it < end; it++) {
-        int64_t fi = it / runs;
-        int h0 = (int)(it % runs) * hp, kvh = h0 / group;
-        int s = cpu_seq_of(j->prefix, j->n_seqs, fi);
-        const qseq *sq = &j->seqs[s];
-        int64_t t = fi - j->prefix[s], r = sq->row0 + t, p = sq->pos0 + t, ld;
-        const float *qh = j->q + (r * j->n_q + h0) * dim;
-        float *o = j->out + (r * j->n_q + h0) * dim; /* the run's heads' outputs, dim apart */
-        float m[ATTN_MAX_RUN];
-        for (int h = 0; h < hp; h++) m[h] = -INFINITY;
-        for (int64_t k0 = 0; k0 <= p; k0 += ATTN_TILE) {
-            const int count = p + 1 - k0 < ATTN_TILE ? (int)(p + 1 - k0) : ATTN_TILE;
-            const float *keys = kv_tile(j->k_cache[s], j->kv_fmt, kv_row, k0, count, j->n_kv, kvh, dim, tile, &ld);
-            for (int h = 0; h < hp; h++) {
-                float *score = scores + h * j->max_ctx + k0;
-                dots_against(qh + (int64_t)h * dim, keys, ld, count, dim, score);
-                for (int i = 0; i < count; i++) {
-                    score[i] = score[i] * j->scale;
-                    if (score[i] > m[h]) m[h] = score[i];
+/* Rows r0 .. r0 + nr - 1 of seq s (consecutive positions p0 ..) with the run of hp q heads from h0, which share K/V
+ * head kvh. The cache goes by in tiles of ATTN_TILE positions, each widened once for the rows and the run (a row
+ * takes the tile's positions up to its own); the scores are cpu_dot's (dots_heads: four positions at a time, for two
+ * or four of the run's heads at once) and the weighted sum of values is the run of cpu_axpy calls it was
+ * (rows_accumulate), bit for bit. So each row's arithmetic is its own, whatever rows and heads share its tiles. */
+CPU_FORCE_INLINE void attn_rows(int vec, const attn_job *j, int s, int64_t r0, int64_t p0, int nr, int h0,
+                                float *scratch) {
+    const int hp = j->heads_per_item, dim = j->dim, kvh = h0 / (j->n_q / j->n_kv);
+    const int64_t kv_row = qkv_row_bytes(j->kv_fmt, j->n_kv, dim), ctx = j->max_ctx, last = p0 + nr - 1;
+    float *tile = scratch + (int64_t)ATTN_ROWS * hp * ctx; /* row i's head h's scores at (i hp + h) ctx */
+    float m[ATTN_ROWS][ATTN_MAX_RUN];
+    int64_t ld;
+    for (int i = 0; i < nr; i++)
+        for (int h = 0; h < hp; h++) m[i][h] = -INFINITY;
+    for (int64_t k0 = 0; k0 <= last; k0 += ATTN_TILE) {
+        const int count = last + 1 - k0 < ATTN_TILE ? (int)(last + 1 - k0) : ATTN_TILE;
+        const float *keys = kv_tile(vec, j->k_cache[s], j->kv_fmt, kv_row, k0, count, j->n_kv, kvh, dim, tile, &ld);
+        for (int i = 0; i < nr; i++) {
+            const int64_t p = p0 + i;
+            if (p < k0) continue;
+            const int n = p + 1 - k0 < count ? (int)(p + 1 - k0) : count;
+            float *sc = scratch + (int64_t)i * hp * ctx + k0;
+            dots_heads(vec, j->q + ((r0 + i) * j->n_q + h0) * dim, dim, hp, keys, ld, n, dim, sc, ctx);
+            for (int h = 0; h < hp; h++)
+                for (int t = 0; t < n; t++) {
+                    sc[h * ctx + t] = sc[h * ctx + t] * j->scale;
+                    if (sc[h * ctx + t] > m[i][h]) m[i][h] = sc[h * ctx + t];
                 }
-            }
         }
+    }
+    for (int i = 0; i < nr; i++)
         for (int h = 0; h < hp; h++) { /* softmax: exp in f32, the sum in double, then each weight over the sum */
-            float *score = scores + h * j->max_ctx;
+            float *score = scratch + ((int64_t)i * hp + h) * ctx;
             double sum = 0.0;
-            for (int64_t k = 0; k <= p; k++) {
-                score[k] = expf(score[k] - m[h]);
+            for (int64_t k = 0; k <= p0 + i; k++) {
+                score[k] = expf(score[k] - m[i][h]);
                 sum += score[k];
             }
             const float fsum = (float)sum;
-            for (int64_t k = 0; k <= p; k++) score[k] = score[k] / fsum;
+            for (int64_t k = 0; k <= p0 + i; k++) score[k] = score[k] / fsum;
         }
-        memset(o, 0, (size_t)hp * dim * sizeof *o);
-        for (int64_t k0 = 0; k0 <= p; k0 += ATTN_TILE) {
-            const int count = p + 1 - k0 < ATTN_TILE ? (int)(p + 1 - k0) : ATTN_TILE;
-            const float *values = kv_tile(j->v_cache[s], j->kv_fmt, kv_row, k0, count, j->n_kv, kvh, dim, tile, &ld);
-            rows_accumulate(vec, o, dim, scores + k0, j->max_ctx, hp, values, ld, 0, count, dim);
+    for (int i = 0; i < nr; i++) memset(j->out + ((r0 + i) * j->n_q + h0) * dim, 0, (size_t)hp * dim * sizeof(float));
+    for (int64_t k0 = 0; k0 <= last; k0 += ATTN_TILE) {
+        const int count = last + 1 - k0 < ATTN_TILE ? (int)(last + 1 - k0) : ATTN_TILE;
+        const float *values = kv_tile(vec, j->v_cache[s], j->kv_fmt, kv_row, k0, count, j->n_kv, kvh, dim, tile, &ld);
+        for (int i = 0; i < nr; i++) {
+            const int64_t p = p0 + i;
+            if (p < k0) continue;
+            const int n = p + 1 - k0 < count ? (int)(p + 1 - k0) : count;
+            rows_accumulate(vec, j->out + ((r0 + i) * j->n_q + h0) * dim, dim, scratch + (int64_t)i * hp * ctx + k0,
+                            ctx, hp, values, ld, 0, n, dim);
         }
+    }
+}
+
+/* Items are (a block of up to ATTN_ROWS rows of one seq, run of heads_per_item q heads of one K/V head): block i of
+ * seq s is item block blocks[s] + i. */
+CPU_FORCE_INLINE void attn_items(int vec, const attn_job *j, int64_t begin, int64_t end, float *scratch) {
+    const int runs = j->n_q / j->heads_per_item;
+    for (int64_t it = begin; it < end; it++) {
+        const int64_t bi = it / runs;
+        const int s = cpu_seq_of(j->blocks, j->n_seqs, bi);
+        const int64_t t = (bi - j->blocks[s]) * ATTN_ROWS, left = j->seqs[s].n_rows - t;
+        attn_rows(vec, j, s, j->seqs[s].row0 + t, j->seqs[s].pos0 + t, left < ATTN_ROWS ? (int)left : ATTN_ROWS,
+                  (int)(it % runs) * j->heads_per_item, scratch);
     }
 }
 
@@ -209,8 +240,11 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
     cpu_backend *cb = cpu_impl(be);
     int64_t *prefix;
     if (n_seqs < 0) return q_fail(Q_EINVAL, "attention: n_seqs %d", n_seqs);
-    Q_TRY(cpu_index_reserve(cb, (size_t)n_seqs + 1, &prefix));
+    Q_TRY(cpu_index_reserve(cb, 2 * ((size_t)n_seqs + 1), &prefix));
     Q_TRY(cpu_seqs_check(seqs, n_seqs, prefix, "attention"));
+    int64_t *blocks = prefix + n_seqs + 1;
+    blocks[0] = 0;
+    for (int s = 0; s < n_seqs; s++) blocks[s + 1] = blocks[s] + (seqs[s].n_rows + ATTN_ROWS - 1) / ATTN_ROWS;
     int64_t total = prefix[n_seqs], max_ctx = 0;
     if (total == 0) return Q_OK;
     if (!q || !k || !v || !out || !k_cache || !v_cache) return q_fail(Q_EINVAL, "attention: NULL pointer");
@@ -225,11 +259,11 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
      * threads, the 0.8B at 4,096 positions: a thread's K/V heads read once (one item each) against twice (two
      * items each), 20 against 19 tokens/s. */
     int hp = n_q / n_kv;
-    while (hp > 1 && (hp > ATTN_MAX_RUN || total * (n_q / hp) < (int64_t)cb->n_threads)) {
+    while (hp > 1 && (hp > ATTN_MAX_RUN || blocks[n_seqs] * (n_q / hp) < (int64_t)cb->n_threads)) {
         do hp--;
         while ((n_q / n_kv) % hp);
     }
-    Q_TRY(cpu_scratch_reserve(cb, (size_t)hp * (size_t)max_ctx + ATTN_TILE * (size_t)dim));
+    Q_TRY(cpu_scratch_reserve(cb, ATTN_ROWS * (size_t)hp * (size_t)max_ctx + ATTN_TILE * (size_t)dim));
     /* the new rows go into the caches first: row t of a seq attends to rows 0..t of this call too */
     const int64_t width = (int64_t)n_kv * dim;
     for (int s = 0; s < n_seqs; s++) {
@@ -239,8 +273,9 @@ qstatus cpu_attention(qbackend *be, const float *q, const float *k, const float 
             qkv_encode_row(kv_fmt, v + r * width, n_kv, dim, (unsigned char *)v_cache[s] + p * row_bytes);
         }
     }
-    attn_job job = {cb, q, seqs, n_seqs, prefix, k_cache, v_cache, kv_fmt, max_ctx, n_q, n_kv, dim, hp, scale, out};
-    int64_t per_item = max_ctx * dim * hp;
-    q_parallel_for(cb->pool, total * (n_q / hp), per_item >= 16384 ? 1 : 16384 / per_item + 1, attn_range, &job);
+    attn_job job = {cb, q, seqs, n_seqs, blocks, k_cache, v_cache, kv_fmt, max_ctx, n_q, n_kv, dim, hp, scale, out};
+    int64_t per_item = max_ctx * dim * hp * (total < ATTN_ROWS ? total : ATTN_ROWS);
+    const int64_t items = blocks[n_seqs] * (n_q / hp);
+    q_parallel_for(cb->pool, items, per_item >= 16384 ? 1 : 16384 / per_item + 1, attn_range, &job);
     return Q_OK;
 }

@@ -96,6 +96,98 @@ CPU_FORCE_INLINE void dots_against(const float *a, const float *rows, int64_t ld
     }
 }
 
+/* dots_against for two q heads a and b at once: each row's loads serve both (out_a[k], out_b[k]: cpu_dot's bits). */
+CPU_FORCE_INLINE void dots_two(const float *a, const float *b, const float *rows, int64_t ld, int count, int n,
+                               float *out_a, float *out_b) {
+    const int whole = n & ~7;
+    for (int k = 0; k < count; k += 4) {
+        const int in_group = count - k < 4 ? count - k : 4;
+        const float *r = rows + (int64_t)k * ld;
+        lanes8 sa[4] = {{0}}, sb[4] = {{0}};
+        for (int i = 0; i < whole; i += 8) {
+            lanes8 xa, xb;
+            memcpy(&xa, a + i, sizeof xa);
+            memcpy(&xb, b + i, sizeof xb);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                lanes8 y;
+                memcpy(&y, r + (g < in_group ? g : 0) * ld + i, sizeof y);
+                sa[g] = sa[g] + xa * y;
+                sb[g] = sb[g] + xb * y;
+            }
+        }
+        for (int g = 0; g < in_group; g++) {
+            float la[8], lb[8];
+            memcpy(la, &sa[g], sizeof la);
+            memcpy(lb, &sb[g], sizeof lb);
+            for (int i = whole; i < n; i++) {
+                la[i - whole] += a[i] * r[g * ld + i];
+                lb[i - whole] += b[i] * r[g * ld + i];
+            }
+            out_a[k + g] = cpu_lane_tree(la);
+            out_b[k + g] = cpu_lane_tree(lb);
+        }
+    }
+}
+
+/* AVX-512: heads in pairs, a pair's 8 lanes each as the halves of one 16-float vector ([h | h + 1]) against a row's 8
+ * values in both halves, np pairs (1 or 2) x 4 rows a pass. q: np * 2 heads, ldq apart; out: a head's scores ldo
+ * apart. Each lane's sum is dots_against's: the same bits. */
+typedef float lanes16 __attribute__((vector_size(64)));
+CPU_FORCE_INLINE void dots_pairs(const float *q, int64_t ldq, int np, const float *rows, int64_t ld, int count, int n,
+                                 float *out, int64_t ldo) {
+    const int whole = n & ~7;
+    for (int k = 0; k < count; k += 4) {
+        const int in_group = count - k < 4 ? count - k : 4;
+        const float *r = rows + (int64_t)k * ld;
+        lanes16 s[2][4] = {{{0}}};
+        for (int i = 0; i < whole; i += 8) {
+            lanes16 x[2];
+#pragma GCC unroll 2
+            for (int p = 0; p < 2; p++)
+                if (p < np) {
+                    lanes8 lo, hi;
+                    memcpy(&lo, q + 2 * p * ldq + i, sizeof lo);
+                    memcpy(&hi, q + (2 * p + 1) * ldq + i, sizeof hi);
+                    x[p] = __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+                }
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                lanes8 y8;
+                memcpy(&y8, r + (g < in_group ? g : 0) * ld + i, sizeof y8);
+                const lanes16 y = __builtin_shufflevector(y8, y8, 0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 2
+                for (int p = 0; p < 2; p++)
+                    if (p < np) s[p][g] = s[p][g] + x[p] * y;
+            }
+        }
+        for (int p = 0; p < np; p++)
+            for (int g = 0; g < in_group; g++)
+                for (int half = 0; half < 2; half++) {
+                    const float *qh = q + (2 * p + half) * ldq;
+                    float l[8];
+                    memcpy(l, (char *)&s[p][g] + 32 * half, sizeof l);
+                    for (int i = whole; i < n; i++) l[i - whole] += qh[i] * r[g * ld + i];
+                    out[(2 * p + half) * ldo + k + g] = cpu_lane_tree(l);
+                }
+    }
+}
+
+/* out[h ldo + k] = cpu_dot(q + h ldq, rows + k ld, n) for h < heads, k < count: several q heads against the same rows
+ * (a K/V head's group in attention), the rows loaded once for 2 or 4 heads; the same bits as dots_against a head. */
+CPU_FORCE_INLINE void dots_heads(int vec, const float *q, int64_t ldq, int heads, const float *rows, int64_t ld,
+                                 int count, int n, float *out, int64_t ldo) {
+    int h = 0;
+    if (vec == 16) {
+        for (; h + 4 <= heads; h += 4) dots_pairs(q + h * ldq, ldq, 2, rows, ld, count, n, out + h * ldo, ldo);
+        for (; h + 2 <= heads; h += 2) dots_pairs(q + h * ldq, ldq, 1, rows, ld, count, n, out + h * ldo, ldo);
+    } else {
+        for (; h + 2 <= heads; h += 2)
+            dots_two(q + h * ldq, q + (h + 1) * ldq, rows, ld, count, n, out + h * ldo, out + (h + 1) * ldo);
+    }
+    for (; h < heads; h++) dots_against(q + h * ldq, rows, ld, count, n, out + h * ldo);
+}
+
 /* name##_simd(int simd, params...): body(vec, args...) compiled for SSE (vec 4), AVX2 (8) and AVX-512 (16), the
  * widest the level allows taken. ARGS is the parenthesised argument list, as for CPU_SIMD_VARIANTS. */
 #define CPU_SPLICE_(...) __VA_ARGS__

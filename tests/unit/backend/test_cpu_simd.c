@@ -252,6 +252,83 @@ static void test_gated_delta_with_and_without(void **state) {
     simd->ops->destroy(simd);
 }
 
+/* Attention as its contract states it, written out: scores cpu_dot(q, k) * scale, their max, expf of each less it, the
+ * sum in double, each weight over the sum in f32, then the weighted sum as cpu_axpy calls in position order, K and V
+ * as qkv_decode_head gives them. The scalar and SIMD backends must both give exactly that, whatever rows and heads
+ * their items block together (the tiles' rows of several rows of a seq; two or four heads a pass of the dots). */
+static void attention_case(qbackend *scalar, qbackend *simd, trng *r, qwfmt fmt, int group, int dim) {
+    enum { NKV = 2, NS = 2 };
+    const qseq seqs[NS] = {{0, 19, 60, 0}, {19, 3, 0, 0}}; /* 19 rows over two tiles of 64 positions; 3 from 0 */
+    const int nq = NKV * group, rows = 22, ctx = 80;
+    const int64_t rb = qkv_row_bytes(fmt, NKV, dim);
+    float *q = tfloats(rows * nq * dim), *k = tfloats(rows * NKV * dim), *v = tfloats(rows * NKV * dim);
+    float *hist = tfloats(NKV * dim), *out[2] = {tfloats(rows * nq * dim), tfloats(rows * nq * dim)};
+    float *want = tfloats(nq * dim), *sc = tfloats(ctx), *kr = tfloats(dim), *vr = tfloats(dim);
+    unsigned char *cache[2][NS][2]; /* [backend][seq][k, v] */
+    trng_fill(r, q, rows * nq * dim, -1, 1);
+    trng_fill(r, k, rows * NKV * dim, -1, 1);
+    trng_fill(r, v, rows * NKV * dim, -1, 1);
+    for (int s = 0; s < NS; s++)
+        for (int kv = 0; kv < 2; kv++) {
+            cache[0][s][kv] = tcalloc((size_t)(ctx * rb), 1);
+            for (int p = 0; p < seqs[s].pos0; p++) { /* the history before the call's rows */
+                trng_fill(r, hist, NKV * dim, -1, 1);
+                qkv_encode_row(fmt, hist, NKV, dim, cache[0][s][kv] + p * rb);
+            }
+            cache[1][s][kv] = tcalloc((size_t)(ctx * rb), 1);
+            memcpy(cache[1][s][kv], cache[0][s][kv], (size_t)(ctx * rb));
+        }
+    const float scale = 0.125f;
+    for (int b = 0; b < 2; b++) {
+        void *kc[NS] = {cache[b][0][0], cache[b][1][0]}, *vc[NS] = {cache[b][0][1], cache[b][1][1]};
+        qbackend *be = b ? simd : scalar;
+        assert_ok(be->ops->attention(be, q, k, v, seqs, NS, kc, vc, fmt, nq, NKV, dim, scale, out[b]));
+    }
+    for (int s = 0; s < NS; s++)
+        for (int t = 0; t < seqs[s].n_rows; t++) {
+            const int row = seqs[s].row0 + t, p = seqs[s].pos0 + t;
+            memset(want, 0, (size_t)(nq * dim) * sizeof *want);
+            for (int h = 0; h < nq; h++) {
+                const float *qh = q + ((int64_t)row * nq + h) * dim;
+                float m = -INFINITY;
+                for (int j = 0; j <= p; j++) {
+                    qkv_decode_head(fmt, cache[0][s][0] + j * rb, NKV, dim, h / group, kr);
+                    sc[j] = cpu_dot(qh, kr, dim) * scale;
+                    if (sc[j] > m) m = sc[j];
+                }
+                double sum = 0.0;
+                for (int j = 0; j <= p; j++) sum += sc[j] = expf(sc[j] - m);
+                for (int j = 0; j <= p; j++) {
+                    qkv_decode_head(fmt, cache[0][s][1] + j * rb, NKV, dim, h / group, vr);
+                    cpu_axpy(want + h * dim, sc[j] / (float)sum, vr, dim);
+                }
+            }
+            for (int b = 0; b < 2; b++)
+                assert_same_values(out[b] + (int64_t)row * nq * dim, want, nq * dim,
+                                   b ? "attention, SIMD" : "attention, scalar");
+        }
+    for (int b = 0; b < 2; b++)
+        for (int s = 0; s < NS; s++) free(cache[b][s][0]), free(cache[b][s][1]);
+    free(q); free(k); free(v); free(hist); free(out[0]); free(out[1]); free(want); free(sc); free(kr); free(vr);
+}
+
+static void test_attention_with_and_without(void **state) {
+    (void)state;
+    require_avx2();
+    qbackend *scalar, *simd;
+    scalar_and_simd(&scalar, &simd);
+    trng r = {45};
+    const qwfmt fmts[3] = {QW_F32, QW_BF16, QW_Q8};
+    for (int f = 0; f < 3; f++) {
+        attention_case(scalar, simd, &r, fmts[f], 4, 64); /* heads in two pairs */
+        attention_case(scalar, simd, &r, fmts[f], 3, 32); /* a pair and one */
+        attention_case(scalar, simd, &r, fmts[f], 6, 48); /* pairs, then a pair */
+        if (fmts[f] != QW_Q8) attention_case(scalar, simd, &r, fmts[f], 2, 36); /* a tail past the lanes */
+    }
+    scalar->ops->destroy(scalar);
+    simd->ops->destroy(simd);
+}
+
 int main(void) {
     unsetenv("QUILL_CPU_SIMD");
     const struct CMUnitTest tests[] = {
@@ -260,6 +337,7 @@ int main(void) {
         cmocka_unit_test(test_affine_rows),
         cmocka_unit_test(test_matmul_with_and_without),
         cmocka_unit_test(test_gated_delta_with_and_without),
+        cmocka_unit_test(test_attention_with_and_without),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
