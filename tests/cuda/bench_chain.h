@@ -1,5 +1,6 @@
-/* bench_chain.h: what the chain benches (bench_persist.cu, bench_ws.cu) share: the start of main and the chain's
- * input, a relaxed flag load, its outputs read back (in op order) and poisoned, the median of REPS event-timed runs
+/* bench_chain.h: what the chain benches (bench_persist.cu, bench_ws.cu, bench_ring.cu) share: the start of main and
+ * the chain's input, the chain itself (chain_build), one lane's piece of a 4-bit x staged (chain_q4_piece), a
+ * relaxed flag load, its outputs read back (in op order) and poisoned, the median of REPS event-timed runs
  * (after one more), the bitwise comparison of a mode's outputs with the stream's, the stream's and a graph's runs, and
  * the copy bandwidth (read + write) that the floors divide by; compare_close for a mode of other arithmetic, and
  * chain_q4_weight, a 4-bit weight of a chain. A chain type C has W[n][2] (qweight), count[n] (weights an op) and
@@ -168,6 +169,63 @@ static double copy_bandwidth(cudaStream_t st) {
     CK(cudaFree(a));
     CK(cudaFree(b));
     return 2.0 * (double)cb / (copy_us * 1e-6);
+}
+
+/* The chain: `layers` layers of in_proj 12288x4096, out 4096x4096, gate + up 2 x 12288x4096 (one op of two weights)
+ * and down 4096x12288, every weight its own (weight(n_out, K, seed, &c.bytes) makes it), each with its output and the
+ * stream's split-K partials and tickets. Each op's x is the op before's first output (the first op's: x0). C has
+ * W, count, y, part, tick ([ops][2]), x ([ops]) and bytes. */
+template <typename C, typename F> static void chain_build(C &c, int layers, const float *x0, F weight) {
+    const int64_t shape[4][2] = {{12288, 4096}, {4096, 4096}, {12288, 4096}, {4096, 12288}};
+    for (int l = 0; l < layers; l++) {
+        const int o = l * 4;
+        for (int k = 0; k < 4; k++) {
+            c.count[o + k] = k == 2 ? 2 : 1;
+            for (int j = 0; j < c.count[o + k]; j++) {
+                const int64_t n_out = shape[k][0];
+                const qweight q = weight(n_out, shape[k][1], 1000u * (l + 1) + 10 * k + 5 * j, &c.bytes);
+                c.W[o + k][j] = q;
+                const size_t ticks = gemv_tc_ticks(&q, 1, 1, 0);
+                CK(cudaMalloc(&c.y[o + k][j], (size_t)n_out * sizeof(float)));
+                CK(cudaMalloc(&c.part[o + k][j], std::max<size_t>(gemv_tc_part_floats(&q, 1), 16 * n_out) * 4));
+                CK(cudaMalloc(&c.tick[o + k][j], ticks * 4));
+                CK(cudaMemset(c.tick[o + k][j], 0, ticks * 4));
+            }
+        }
+        c.x[o] = l ? c.y[o - 1][0] : x0; /* in_proj: the layer before's down */
+        c.x[o + 1] = c.y[o][0];          /* out: in_proj's first 4096 */
+        c.x[o + 2] = c.y[o + 1][0];      /* gate + up: out */
+        c.x[o + 3] = c.y[o + 2][0];      /* down: gate */
+    }
+    CK(cudaDeviceSynchronize());
+}
+
+/* One lane's piece of a 4-bit op's x in gt_stage's form: v, the t share (16 values) of unit u, as B fragments at xf
+ * (unit u's at (u / 4) 64 + (u % 4) 8: k-step pair jp 32 apart, the hi part at lane t, the lo at 4 + t) and the unit's
+ * X sum (hi + lo, over the quad) into X[u] by lane t = 0. The four lanes of a quad call it together (shuffles). */
+__device__ __forceinline__ void chain_q4_piece(const float (&v)[16], uint4 *xf, float *X, int u, int t) {
+    float h[16];
+#pragma unroll
+    for (int e = 0; e < 16; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
+#pragma unroll
+    for (int part = 0; part < 2; part++)
+#pragma unroll
+        for (int jp = 0; jp < 2; jp++) {
+            uint32_t b[4];
+#pragma unroll
+            for (int qq = 0; qq < 2; qq++) {
+                const int e0 = gt_kstep_e0<64>(2 * jp + qq); /* k-step j's pairs (e0, e0 + 4), (e0 + 1, e0 + 5) */
+                b[2 * qq] = cu_pack_bf16x2(gt_part(v, h, e0, part), gt_part(v, h, e0 + 4, part));
+                b[2 * qq + 1] = cu_pack_bf16x2(gt_part(v, h, e0 + 1, part), gt_part(v, h, e0 + 5, part));
+            }
+            xf[(u >> 2) * 64 + jp * 32 + (u & 3) * 8 + part * 4 + t] = make_uint4(b[0], b[1], b[2], b[3]);
+        }
+    float sum = 0.0f; /* gt_stage's X sum: the lane's hi + lo in order, then over the quad */
+#pragma unroll
+    for (int e = 0; e < 16; e++) sum += h[e] + gt_part(v, h, e, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    if (t == 0) X[u] = sum;
 }
 
 #endif

@@ -219,31 +219,8 @@ struct chain {
 
 static void build(chain &c, const float *x0) {
     memset(&c, 0, sizeof c);
-    size_t pf = 0, tk = 0;
-    for (int l = 0; l < LAYERS; l++) {
-        const uint32_t seed = 1000u * (l + 1);
-        const int o = l * OPS_PER_LAYER;
-        const int64_t shape[OPS_PER_LAYER][2] = {{12288, 4096}, {4096, 4096}, {12288, 4096}, {4096, 12288}};
-        for (int k = 0; k < OPS_PER_LAYER; k++) {
-            c.count[o + k] = k == 2 ? 2 : 1;
-            for (int j = 0; j < c.count[o + k]; j++) {
-                c.W[o + k][j] = chain_q4_weight(shape[k][0], shape[k][1], seed + 10 * k + 5 * j, &c.bytes);
-                CK(cudaMalloc(&c.y[o + k][j], (size_t)shape[k][0] * sizeof(float)));
-                pf = std::max(pf, gemv_tc_part_floats(&c.W[o + k][j], 1));
-                tk = std::max(tk, gemv_tc_ticks(&c.W[o + k][j], 1, 1, 0));
-            }
-        }
-        c.x[o] = l ? c.y[o - 1][0] : x0; /* in_proj: the layer before's down */
-        c.x[o + 1] = c.y[o][0];          /* out: in_proj's first 4096 */
-        c.x[o + 2] = c.y[o + 1][0];      /* gate + up: out */
-        c.x[o + 3] = c.y[o + 2][0];      /* down: gate */
-    }
+    chain_build(c, LAYERS, x0, chain_q4_weight);
     for (int i = 0; i < N_OPS; i++) {
-        for (int j = 0; j < 2; j++) {
-            CK(cudaMalloc(&c.part[i][j], std::max<size_t>(pf, 1) * sizeof(float)));
-            CK(cudaMalloc(&c.tick[i][j], tk * sizeof(unsigned)));
-            CK(cudaMemset(c.tick[i][j], 0, tk * sizeof(unsigned)));
-        }
         const size_t nf = (size_t)(c.W[i][0].n_out + GT_OUT - 1) / GT_OUT;
         CK(cudaMalloc(&c.flag[i], nf * sizeof(unsigned)));
         CK(cudaMemset(c.flag[i], 0, nf * sizeof(unsigned)));

@@ -318,28 +318,9 @@ struct chain {
 
 static void build(chain &c, const float *x0) {
     memset(&c, 0, sizeof c);
-    const int64_t shape[OPS_PER_LAYER][2] = {{12288, 4096}, {4096, 4096}, {12288, 4096}, {4096, 12288}};
-    for (int l = 0; l < LAYERS; l++) {
-        const int o = l * OPS_PER_LAYER;
-        for (int k = 0; k < OPS_PER_LAYER; k++) {
-            c.count[o + k] = k == 2 ? 2 : 1;
-            for (int j = 0; j < c.count[o + k]; j++) {
-                const int64_t n_out = shape[k][0], K = shape[k][1];
-                const qweight q = one_weight(n_out, K, 1000u * (l + 1) + 10 * k + 5 * j, &c.bytes);
-                c.W[o + k][j] = q;
-                const size_t groups = (size_t)n_out / 16;
-                CK(cudaMalloc(&c.y[o + k][j], (size_t)n_out * sizeof(float)));
-                CK(cudaMalloc(&c.part[o + k][j], std::max<size_t>(gemv_tc_part_floats(&q, 1), 16 * n_out) * 4));
-                CK(cudaMalloc(&c.tick[o + k][j], gemv_tc_ticks(&q, 1, 1, 0) * 4));
-                CK(cudaMemset(c.tick[o + k][j], 0, gemv_tc_ticks(&q, 1, 1, 0) * 4));
-                c.pool_n += 2 * groups + 1;
-            }
-        }
-        c.x[o] = l ? c.y[o - 1][0] : x0; /* in_proj: the layer before's down */
-        c.x[o + 1] = c.y[o][0];          /* out: in_proj's first 4096 */
-        c.x[o + 2] = c.y[o + 1][0];      /* gate + up: out */
-        c.x[o + 3] = c.y[o + 2][0];      /* down: gate */
-    }
+    chain_build(c, LAYERS, x0, one_weight);
+    for (int i = 0; i < N_OPS; i++)
+        for (int j = 0; j < c.count[i]; j++) c.pool_n += 2 * (size_t)c.W[i][j].n_out / 16 + 1;
     CK(cudaMalloc(&c.pool, c.pool_n * 4));
     size_t at = 0;
     for (int i = 0; i < N_OPS; i++)
@@ -348,7 +329,6 @@ static void build(chain &c, const float *x0) {
             c.ws_tick[i][j] = c.pool + at, c.ready[i][j] = c.pool + at + groups;
             at += 2 * groups + 1;
         }
-    CK(cudaDeviceSynchronize());
 }
 
 static void run_stream(const chain &c, cudaStream_t st) {

@@ -10,15 +10,4 @@ cd "$(dirname "$0")/../.."
 . tests/cuda/bench_lib.sh
 log=${OUT:-/tmp}/bench-ws.log
 variants=(${WS_ONLY:-base: ${WS_VARIANTS:-}})
-for v in "${variants[@]}"; do
-  name=${v%%:*}; flags=${v#*:}; flags=${flags//_-/ -}
-  rm -f "build-bench/bench_ws_$name" # a failed build must not leave an older binary to run
-  bench_nvcc "bench_ws_$name" "$log.$name" -Xptxas -v $flags -- tests/cuda/bench_ws.cu &
-done
-wait
-for v in "${variants[@]}"; do
-  name=${v%%:*}
-  [ -x "build-bench/bench_ws_$name" ] || { echo "bench_ws $name: build failed"; tail -20 "$log.$name"; continue; }
-  grep -A2 -E "Compiling.*ws_kernel" "$log.$name" | grep -E "registers|spill"
-  bench_run "bench_ws $name" "$log" timeout "${WS_TIMEOUT:-90}" "build-bench/bench_ws_$name" # a hang costs 90 s
-done
+bench_variants bench_ws tests/cuda/bench_ws.cu ws_kernel "${WS_TIMEOUT:-90}" "$log" "${variants[@]}"

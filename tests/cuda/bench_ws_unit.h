@@ -62,34 +62,16 @@ __device__ __forceinline__ void ws_stage_x(const ws_op &op, const ws_item &it, u
     for (int q = 0; q < WS_PIECES; q++) {
         const int p = lane + 32 * q, u = p >> 2, t = p & 3;
         if (32 * q >= np) break; /* uniform: np is a multiple of 32 (the host checks) */
-        float v[E], h[E];
+        float v[E];
 #pragma unroll
         for (int j = 0; j < E / 4; j++) v[4 * j] = xv[q][j].x, v[4 * j + 1] = xv[q][j].y, v[4 * j + 2] = xv[q][j].z,
                                         v[4 * j + 3] = xv[q][j].w;
+#if WS_Q
+        chain_q4_piece(v, xf, (float *)(xf + WS_MAX_US * WS_XU), u, t);
+#else
+        float h[E];
 #pragma unroll
         for (int e = 0; e < E; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
-#if WS_Q
-        /* gt_stage's words: k-step j's pairs (e0, e0 + 4), (e0 + 1, e0 + 5); the hi part to lane t, the lo to 4 + t */
-#pragma unroll
-        for (int part = 0; part < 2; part++)
-#pragma unroll
-            for (int jp = 0; jp < 2; jp++) {
-                uint32_t b[4];
-#pragma unroll
-                for (int qq = 0; qq < 2; qq++) {
-                    const int e0 = gt_kstep_e0<WS_Q>(2 * jp + qq);
-                    b[2 * qq] = cu_pack_bf16x2(gt_part(v, h, e0, part), gt_part(v, h, e0 + 4, part));
-                    b[2 * qq + 1] = cu_pack_bf16x2(gt_part(v, h, e0 + 1, part), gt_part(v, h, e0 + 5, part));
-                }
-                xf[(u >> 2) * 64 + jp * 32 + (u & 3) * 8 + part * 4 + t] = make_uint4(b[0], b[1], b[2], b[3]);
-            }
-        float sum = 0.0f; /* gt_stage's X sum: the lane's hi + lo in order, then over the quad */
-#pragma unroll
-        for (int e = 0; e < E; e++) sum += h[e] + gt_part(v, h, e, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (t == 0) ((float *)(xf + WS_MAX_US * WS_XU))[u] = sum;
-#else
         uint32_t hi[4], lo[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {

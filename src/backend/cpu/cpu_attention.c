@@ -153,6 +153,11 @@ CPU_FORCE_INLINE const float *kv_tile(int vec, const void *cache, qwfmt fmt, int
     return tile;
 }
 
+/* How many of the count positions from k0 position p attends to (0: none). */
+CPU_FORCE_INLINE int attended(int64_t p, int64_t k0, int count) {
+    return p < k0 ? 0 : p + 1 - k0 < count ? (int)(p + 1 - k0) : count;
+}
+
 /* Rows r0 .. r0 + nr - 1 of seq s (consecutive positions p0 ..) with the run of hp q heads from h0, which share K/V
  * head kvh. The cache goes by in tiles of ATTN_TILE positions, each widened once for the rows and the run (a row
  * takes the tile's positions up to its own); the scores are cpu_dot's (dots_heads: four positions at a time, for two
@@ -162,18 +167,17 @@ CPU_FORCE_INLINE void attn_rows(int vec, const attn_job *j, int s, int64_t r0, i
                                 float *scratch) {
     const int hp = j->heads_per_item, dim = j->dim, kvh = h0 / (j->n_q / j->n_kv);
     const int64_t kv_row = qkv_row_bytes(j->kv_fmt, j->n_kv, dim), ctx = j->max_ctx, last = p0 + nr - 1;
-    float *tile = scratch + (int64_t)ATTN_ROWS * hp * ctx; /* row i's head h's scores at (i hp + h) ctx */
+    float *tile = scratch + (int64_t)ATTN_ROWS * hp * ctx; /* scratch: row i's head h's scores at (i hp + h) ctx */
     float m[ATTN_ROWS][ATTN_MAX_RUN];
     int64_t ld;
     for (int i = 0; i < nr; i++)
         for (int h = 0; h < hp; h++) m[i][h] = -INFINITY;
     for (int64_t k0 = 0; k0 <= last; k0 += ATTN_TILE) {
-        const int count = last + 1 - k0 < ATTN_TILE ? (int)(last + 1 - k0) : ATTN_TILE;
+        const int count = attended(last, k0, ATTN_TILE);
         const float *keys = kv_tile(vec, j->k_cache[s], j->kv_fmt, kv_row, k0, count, j->n_kv, kvh, dim, tile, &ld);
         for (int i = 0; i < nr; i++) {
-            const int64_t p = p0 + i;
-            if (p < k0) continue;
-            const int n = p + 1 - k0 < count ? (int)(p + 1 - k0) : count;
+            const int n = attended(p0 + i, k0, count);
+            if (!n) continue;
             float *sc = scratch + (int64_t)i * hp * ctx + k0;
             dots_heads(vec, j->q + ((r0 + i) * j->n_q + h0) * dim, dim, hp, keys, ld, n, dim, sc, ctx);
             for (int h = 0; h < hp; h++)
@@ -196,12 +200,11 @@ CPU_FORCE_INLINE void attn_rows(int vec, const attn_job *j, int s, int64_t r0, i
         }
     for (int i = 0; i < nr; i++) memset(j->out + ((r0 + i) * j->n_q + h0) * dim, 0, (size_t)hp * dim * sizeof(float));
     for (int64_t k0 = 0; k0 <= last; k0 += ATTN_TILE) {
-        const int count = last + 1 - k0 < ATTN_TILE ? (int)(last + 1 - k0) : ATTN_TILE;
+        const int count = attended(last, k0, ATTN_TILE);
         const float *values = kv_tile(vec, j->v_cache[s], j->kv_fmt, kv_row, k0, count, j->n_kv, kvh, dim, tile, &ld);
         for (int i = 0; i < nr; i++) {
-            const int64_t p = p0 + i;
-            if (p < k0) continue;
-            const int n = p + 1 - k0 < count ? (int)(p + 1 - k0) : count;
+            const int n = attended(p0 + i, k0, count);
+            if (!n) continue;
             rows_accumulate(vec, j->out + ((r0 + i) * j->n_q + h0) * dim, dim, scratch + (int64_t)i * hp * ctx + k0,
                             ctx, hp, values, ld, 0, n, dim);
         }
