@@ -200,6 +200,22 @@ template <typename C, typename F> static void chain_build(C &c, int layers, cons
     CK(cudaDeviceSynchronize());
 }
 
+/* Unit u of a ring's slot of `units` 4-bit units (their codes, 512 bytes each, then a scale record and a bias record of
+ * 32 bytes each, as the tiles keep them: bench_ws's slots, bench_ring's stages): the lane's 16 bytes of codes, and in
+ * sb its rows' scale pair and bias pair (gt_unit's, lane g's pair at 4 g). */
+__device__ __forceinline__ uint4 chain_slot_unit(const unsigned char *slot, int units, int u, int lane,
+                                                 uint32_t (&sb)[2]) {
+    const int g = lane >> 2;
+    sb[0] = *(const uint32_t *)(slot + units * 512 + u * 32 + 4 * g);
+    sb[1] = *(const uint32_t *)(slot + units * 544 + u * 32 + 4 * g);
+    return *(const uint4 *)(slot + u * 512 + lane * 16);
+}
+/* A unit that costs nothing (the benches' FREE modes; values wrong): its words xored into the sums, the loads kept. */
+__device__ __forceinline__ void chain_free_unit(float (&acc)[1][4], uint4 a, const uint32_t (&sb)[2]) {
+    acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ a.x ^ a.y ^ sb[0]);
+    acc[0][1] = __uint_as_float(__float_as_uint(acc[0][1]) ^ a.z ^ a.w ^ sb[1]);
+}
+
 /* One lane's piece of a 4-bit op's x in gt_stage's form: v, the t share (16 values) of unit u, as B fragments at xf
  * (unit u's at (u / 4) 64 + (u % 4) 8: k-step pair jp 32 apart, the hi part at lane t, the lo at 4 + t) and the unit's
  * X sum (hi + lo, over the quad) into X[u] by lane t = 0. The four lanes of a quad call it together (shuffles). */

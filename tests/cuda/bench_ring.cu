@@ -177,12 +177,10 @@ __global__ void __launch_bounds__(RB_THREADS, 1) rb_kernel(const __grid_constant
 #pragma unroll 4
                 for (int u = u0; mine && u < u1; u += RB_EXACT ? 1 : RB_CW) {
                     const int uu = c * RB_CH + u;
-                    const uint4 a = *(const uint4 *)(sp + u * 512 + lane * 16);
-                    const uint32_t sb[2] = {*(const uint32_t *)(sp + RB_CODES + u * 32 + 4 * g),
-                                            *(const uint32_t *)(sp + RB_CODES + RB_CH * 32 + u * 32 + 4 * g)};
+                    uint32_t sb[2];
+                    const uint4 a = chain_slot_unit(sp, RB_CH, u, lane, sb);
                     if (RB_FREE) {
-                        acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ a.x ^ a.y ^ sb[0]);
-                        acc[0][1] = __uint_as_float(__float_as_uint(acc[0][1]) ^ a.z ^ a.w ^ sb[1]);
+                        chain_free_unit(acc, a, sb);
                         continue;
                     }
                     const uint32_t wv[2][2] = {{a.x, a.y}, {a.z, a.w}};

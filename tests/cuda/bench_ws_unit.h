@@ -97,17 +97,14 @@ __shared__ float ws_zero_x;
  * zeros, as gt_stage's dead rows are. WS_FREE: one xor a word instead (wrong values, the loads kept). */
 __device__ __forceinline__ void ws_chunk(float (&acc)[1][4], const unsigned char *sl, const uint4 *xf, int u0,
                                          int lane) {
-    const int g = lane >> 2;
 #if WS_Q
     const float *Xs = (const float *)(xf + WS_MAX_US * WS_XU); /* 4-bit's X sums; WS_INT8's (X, 2^E) pairs */
 #pragma unroll
     for (int u = 0; u < WS_CH; u++) {
-        const uint4 a = *(const uint4 *)(sl + u * 512 + lane * 16);
-        const uint32_t sb[2] = {*(const uint32_t *)(sl + WS_Q4_CODES + u * 32 + 4 * g),
-                                *(const uint32_t *)(sl + WS_Q4_CODES + WS_CH * 32 + u * 32 + 4 * g)};
+        uint32_t sb[2];
+        const uint4 a = chain_slot_unit(sl, WS_CH, u, lane, sb);
         if (WS_FREE) {
-            acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ a.x ^ a.y ^ sb[0]);
-            acc[0][1] = __uint_as_float(__float_as_uint(acc[0][1]) ^ a.z ^ a.w ^ sb[1]);
+            chain_free_unit(acc, a, sb);
             continue;
         }
         const int uu = u0 + u;
@@ -128,6 +125,7 @@ __device__ __forceinline__ void ws_chunk(float (&acc)[1][4], const unsigned char
 #pragma unroll
     for (int u = 0; u < WS_CH; u++) {
         const unsigned char *bu = sl + u / WS_BOXU * WS_BOX + u % WS_BOXU * 64;
+        const int g = lane >> 2;
         const uint4 A = *(const uint4 *)(bu + g * WS_ROW), A8 = *(const uint4 *)(bu + (g + 8) * WS_ROW);
         if (WS_FREE) {
             acc[0][0] = __uint_as_float(__float_as_uint(acc[0][0]) ^ A.x ^ A.y ^ A.z ^ A.w);
