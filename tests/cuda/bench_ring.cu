@@ -12,11 +12,13 @@
  *   - one thread copies the SM's runs, op after op, in stages of RB_CH units (RB_CH x 576 bytes, three bulk copies),
  *     into a ring of RB_NST stages, as soon as a stage is free: the weights depend on nothing, so it runs ahead across
  *     the ops' boundaries by up to the ring's bytes (~150 KB an SM, ~20 MB on the GPU);
- *   - RB_CW consumer warps split each stage's units (warp w takes units w, w + RB_CW, ...: gt_unit itself), and at
- *     the end of a group add their partials in warp order (so the sums are not the stream's order: checked to 1e-4 of
- *     each op's largest output);
+ *   - RB_CW consumer warps compute with gt_unit itself. RB_EXACT=1 (the default): the decode path's K slices
+ *     (gemv_tc_split), a warp a slice, its units in order, a team of S warps a group, the partials added in slice
+ *     order as gt_sum_slices adds them, so every output is bitwise the stream's. RB_EXACT=0: a stage's units dealt to
+ *     the warps in turn and the partials added in warp order (checked to 1e-4 of each op's largest output);
  *   - an op's consumers stage all of its x (gt_stage's B fragments and X sums, up to 48 KB for K = 12288) once the op
- *     before is done on every SM: one counter an op, raised by each SM after its groups (no split K, no tickets).
+ *     before is done on every SM: one counter an op, raised by each SM after its groups and polled by one thread an
+ *     SM (no split K across SMs, no tickets); the warps' partials are added once the SM's groups of a mat are in.
  * The SMs' extra groups (an op's groups modulo the SMs) rotate from op to op, so every SM copies about the same bytes.
  * RB_FREE=1: a unit is one xor a word (the copies and stages stay; values wrong, not checked): how fast the ring
  * streams. RB_NODEP=1: no wait for the op before (values wrong): what the op boundaries cost.

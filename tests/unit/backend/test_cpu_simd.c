@@ -4,7 +4,8 @@
  * AFFINE with F32, F16 and BF16 scales, groups 24 to 128, random bytes as codes). Then whole ops of a
  * backend with QUILL_CPU_SIMD=0 against one without (AVX-512's pairs where the CPU has AVX-512): the
  * matmul for every weight format and 1 to 5 and 19 input rows, and the gated delta rule, chunked and
- * recurrent, on head sizes that fill the vector blocks and leave tails (SSE, AVX2 and AVX-512 copies). NaNs
+ * recurrent, on head sizes that fill the vector blocks and leave tails (SSE, AVX2 and AVX-512 copies); attention,
+ * both against its contract written out (cpu_dot, expf, cpu_axpy), with f32, bf16 and q8 caches. NaNs
  * compare as NaNs (which operand's payload an add keeps is the compiler's choice of operand order). Skipped where the CPU has no AVX2, as the backend then never takes these forms. */
 #include <math.h>
 #include <stdio.h>
