@@ -56,7 +56,7 @@ L2_PREFETCH = '''    if (Q && P.wact && (threadIdx.x & 31) == 0 && P.us > D) /* 
                      "r"(({n} > 0 ? min(P.us - D, {n}) : P.us - D) * gt_cfg<Q>::UB) : "memory");
 '''
 RING_START = '    gt_ring_start<Q, D>(P, w, sb, t);\n    /* Before the wait'
-STAGED = '    __syncthreads();\n\n    for (;;) {'
+STAGED = '    __syncthreads();\n    trace.mark(1);\n\n    for (;;) {'
 # RING_PART(lo, hi): the ring's units lo .. hi - 1 and the scales of the groups of 4 that start among them
 RING_PART = '''    if (P.wact) {{ /* step_cuts {cut}: the ring's units {lo} .. {hi} - 1 */
 #pragma unroll

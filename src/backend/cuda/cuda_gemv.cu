@@ -11,6 +11,7 @@
  * (cuda_matmul_multi); a gated x (swiglu's, the attention's output gate, the GDN's gated norm) is gated where
  * the kernel stages it (cuda_glu_matmul); a residual boundary (backend.h's qnorm) is added and summed where the
  * producer finishes (cuda_resid_matmul) and normalised where the consumers stage x (cuda_norm_matmul_multi). */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "cuda_gemv.cuh"
@@ -63,8 +64,61 @@ struct cu_gemv {
     int attr_set;
 };
 
+#if GT_TRACE
+/* GT_TRACE builds (cuda_gemv_trace.cuh): the blocks' records go to a device buffer from the first matmul on, and to
+ * the file QUILL_CUDA_TRACE names when the backend goes (magic, count, record size, then the records). A tool for
+ * tests/cuda/trace_step.sh: one backend at a time, failures reported and tracing dropped. */
+#define GT_TRACE_CAP (1u << 21)
+static gt_trace_rec *trace_dev;
+static void trace_open(void) {
+    if (trace_dev || !getenv("QUILL_CUDA_TRACE")) return;
+    const unsigned cap = GT_TRACE_CAP, zero = 0;
+    if (cudaMalloc((void **)&trace_dev, (size_t)cap * sizeof *trace_dev) != cudaSuccess ||
+        cudaMemcpyToSymbol(gt_trace_buf, &trace_dev, sizeof trace_dev) != cudaSuccess ||
+        cudaMemcpyToSymbol(gt_trace_cap, &cap, sizeof cap) != cudaSuccess ||
+        cudaMemcpyToSymbol(gt_trace_n, &zero, sizeof zero) != cudaSuccess) {
+        fprintf(stderr, "quill: matmul trace: %s; not tracing\n", cudaGetErrorString(cudaGetLastError()));
+        cudaFree(trace_dev);
+        trace_dev = NULL;
+    }
+}
+static void trace_dump(cudaStream_t stream) {
+    if (!trace_dev) return;
+    const char *path = getenv("QUILL_CUDA_TRACE");
+    unsigned n = 0;
+    gt_trace_rec *h = NULL;
+    FILE *f = NULL;
+    if (cudaStreamSynchronize(stream) == cudaSuccess && cudaMemcpyFromSymbol(&n, gt_trace_n, sizeof n) == cudaSuccess) {
+        if (n > GT_TRACE_CAP) {
+            fprintf(stderr, "quill: matmul trace: %u records, the first %u kept\n", n, GT_TRACE_CAP);
+            n = GT_TRACE_CAP;
+        }
+        h = (gt_trace_rec *)malloc((size_t)n * sizeof *h + 1);
+        if (h && cudaMemcpy(h, trace_dev, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess &&
+            (f = fopen(path, "wb"))) {
+            const unsigned head[3] = {GT_TRACE_MAGIC, n, (unsigned)sizeof *h};
+            if (fwrite(head, sizeof head, 1, f) != 1 || fwrite(h, sizeof *h, n, f) != n)
+                fprintf(stderr, "quill: matmul trace: writing %s failed\n", path);
+            fclose(f);
+            fprintf(stderr, "quill: matmul trace: %u records in %s\n", n, path);
+        } else {
+            fprintf(stderr, "quill: matmul trace: could not write %s\n", path);
+        }
+    }
+    free(h);
+    cudaFree(trace_dev);
+    trace_dev = NULL;
+    const gt_trace_rec *none = NULL;
+    cudaMemcpyToSymbol(gt_trace_buf, &none, sizeof none);
+}
+#else
+static void trace_open(void) {}
+static void trace_dump(cudaStream_t) {}
+#endif
+
 void cu_gemv_free(cuda_state *s) {
     if (!s || !s->gemv) return;
+    trace_dump(s->stream);
     cudaFree(s->gemv->part);
     cudaFree(s->gemv->tick);
     cudaFree(s->gemv->pre);
@@ -88,6 +142,7 @@ qstatus cu_gemv_scratch(qbackend *be, size_t need_p, size_t need_t, size_t need_
     if (!g->attr_set) {
         CU_NOT_CAPTURING(s->stream, "matmul setup");
         CU_TRY(gemv_tc_init(), "matmul (shared memory limit)");
+        trace_open();
         g->attr_set = 1;
     }
     Q_TRY(cu_grow(s, (void **)&g->part, &g->part_bytes, need_p * sizeof(float), "matmul scratch"));

@@ -329,6 +329,7 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
 }
 
 #include "cuda_gemv_finish.cuh"
+#include "cuda_gemv_trace.cuh"
 
 /* One launch for up to GT_JOB weights that share the input rows (the projections of one block): block
  * b belongs to weight i when start[i] <= b < start[i + 1], and each weight keeps its own split, partials
@@ -465,6 +466,8 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
     extern __shared__ uint4 gt_smem[];
     __shared__ int last;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+    GT_TRACER(trace);
+    trace.start();
     const int G = LOOP ? job.loop : 0, n_ob = (int)((job.W[0].n_out + GT_OUT - 1) / GT_OUT);
     unsigned vb = LOOP ? (bid / G) * n_ob + bid % G : bid;
     gt_place<Q> P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb);
@@ -496,6 +499,7 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         __syncthreads();
     }
     wait(); /* x, the partials and the tickets are the previous ops' */
+    trace.mark(0);
     uint4 *sx = gt_smem;
     float *sX = (float *)(gt_smem + (size_t)nt * us * C::SXU);
     __shared__ float sc[4 * NT]; /* gt_norm_after (DQ): the rows' scales */
@@ -516,6 +520,7 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         }
     }
     __syncthreads();
+    trace.mark(1);
 
     for (;;) {
         float acc[NT][4];
@@ -533,9 +538,12 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
                                          sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0,
                                          P.bb0, P.ub, lane, acc);
         }
+        trace.mark(2);
         if constexpr (!LOOP) {
             gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact,
                                             lane, P.bx, &last, job.ss, after ? sc : nullptr);
+            trace.mark(3);
+            trace.write(job.W[0].w, P.W.n_out, P.W.n_in, P.S);
             done(P, P.S > 1 ? last : 1);
             return;
         }
@@ -549,7 +557,11 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         }
         gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, 0, nt, ob, o0, wact, lane, bx, &last,
                                  job.ss);
-        if (!more) return;
+        if (!more) {
+            trace.mark(3);
+            trace.write(job.W[0].w, P.W.n_out, P.W.n_in, P.S);
+            return;
+        }
     }
 }
 

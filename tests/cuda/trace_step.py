@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""tests/cuda/trace_step.py: lays out the one-row decode matmul launches of a traced `quill bench` in time and says
+where each decode step's time goes between and inside them (docs/performance.md, fifty-fifth pass).
+
+usage: trace_step.py TRACE [--skip N]
+
+TRACE is the file a GT_TRACE build writes (QUILL_CUDA_TRACE; cuda_gemv_trace.cuh has the record). Steps are cut at the
+lm_head's launch (the weight with the most outputs, the last matmul of a step); the first N steps (default 2, the
+bench's warm-up) and any cut short are dropped. For each launch, in step order and averaged over the steps kept:
+  from the previous matmul launch's end E(i-1) to this one's end E(i), through the median block's marks:
+  gap     E(i-1) -> the median block passes its wait (the kernels between the two matmuls and the handover)
+  stage   -> the median block has x staged (after its barrier)
+  loop    -> the median block leaves its unit loop (thread 0's warp)
+  finish  -> the median block is done with its split-K finish
+  tail    -> the last block of the launch is done (E(i))
+  lead    how long before E(i-1) the launch's first block started (its ring's loads go out then)
+  TB/s    the launch's weight bytes (codes, scales, biases) over the median staged mark -> E(i)
+The marks' cycles become ns at the SM clock the records give (cycles over globaltimer ns, the median block).
+"""
+import struct
+import sys
+from collections import defaultdict
+
+try:
+    import numpy as np
+except ImportError:  # the device machine has numpy (torch needs it); say so plainly elsewhere
+    sys.exit("trace_step.py: needs numpy")
+
+MAGIC = 0x31525451
+REC = np.dtype([('g0', '<u8'), ('g4', '<u8'), ('key', '<u8'), ('c', '<u4', 4), ('smid', '<u4'), ('bid', '<u4'),
+                ('grid', '<u4'), ('n_out', '<u4'), ('K', '<u4'), ('S', '<u4')])
+GT_OUT = 128  # outputs a block (cuda_gemv.cuh)
+LAUNCH_GAP_NS = 300_000  # a weight's blocks more than this apart in start time belong to different steps
+
+
+def load(path):
+    with open(path, 'rb') as f:
+        magic, n, size = struct.unpack('<3I', f.read(12))
+        if magic != MAGIC or size != REC.itemsize:
+            sys.exit(f"trace_step.py: {path}: not a matmul trace (magic {magic:#x}, record {size} bytes)")
+        r = np.frombuffer(f.read(n * size), dtype=REC)
+    if len(r) != n:
+        sys.exit(f"trace_step.py: {path}: {len(r)} of {n} records")
+    return r
+
+
+def weight_bytes(blocks):
+    """The codes, scales and biases a launch reads: each (n_out, K, S) shape's weights counted from its blocks."""
+    total = 0.0
+    shapes = defaultdict(int)
+    for n_out, K, S in zip(blocks['n_out'], blocks['K'], blocks['S']):
+        shapes[(int(n_out), int(K), int(S))] += 1
+    for (n_out, K, S), count in shapes.items():
+        per_weight = S * -(-n_out // GT_OUT)
+        total += max(1, round(count / per_weight)) * n_out * K * (0.5 + 4 / 64)
+    return total
+
+
+def launches(r):
+    """Each launch: its records, split from the same weight's other launches by the gap in their start times."""
+    out = []
+    for key in np.unique(r['key']):
+        rk = r[r['key'] == key]
+        rk = rk[np.argsort(rk['g0'], kind='stable')]
+        cuts = np.nonzero(np.diff(rk['g0'].astype(np.int64)) > LAUNCH_GAP_NS)[0] + 1
+        out.extend(np.split(rk, cuts))
+    out.sort(key=lambda b: int(b['g0'].min()))
+    return out
+
+
+def main():
+    args = sys.argv[1:]
+    skip = 2
+    if '--skip' in args:
+        i = args.index('--skip')
+        skip = int(args[i + 1])
+        del args[i:i + 2]
+    if len(args) != 1:
+        sys.exit(__doc__)
+    r = load(args[0])
+    if len(r) == 0:
+        sys.exit("trace_step.py: no records (was the build made with GT_TRACE=1, QUILL_CUDA_TRACE set?)")
+    span = (r['g4'] - r['g0']).astype(np.float64)
+    long_ = span > 5000
+    ghz = float(np.median(r['c'][long_, 3] / span[long_])) if long_.any() else 1.0
+    g0s = np.unique(r['g0'])
+    res = int(np.min(np.diff(g0s))) if len(g0s) > 1 else 0
+    print(f"{len(r)} block records; SM clock {ghz:.3f} GHz (cycles over globaltimer ns); "
+          f"globaltimer's finest step seen {res} ns")
+
+    L = launches(r)
+    head_n = int(r['n_out'].max())
+    steps, cur = [], []
+    for b in L:
+        cur.append(b)
+        if int(b['n_out'].max()) == head_n:
+            steps.append(cur)
+            cur = []
+    steps = steps[skip:]
+    if not steps:
+        sys.exit("trace_step.py: no whole steps after the warm-up")
+    n_launch = max(len(s) for s in steps)
+    steps = [s for s in steps if len(s) == n_launch]
+    print(f"{len(steps)} steps of {n_launch} matmul launches kept (the first {skip} dropped)")
+
+    cols = ['gap', 'stage', 'loop', 'finish', 'tail']
+    rows = defaultdict(lambda: defaultdict(list))
+    step_ms = []
+    for s in steps:
+        prev_end = None
+        first_start = float(s[0]['g0'].min())
+        for i, b in enumerate(s):
+            g0 = b['g0'].astype(np.float64)
+            marks = [np.median(g0 + b['c'][:, k] / ghz) for k in range(4)]
+            end = float(b['g4'].max())
+            if prev_end is None:
+                prev_end = float(g0.min())  # the step's first launch: from its own first block
+            seq = [prev_end] + marks + [end]
+            d = rows[i]
+            for c, a, z in zip(cols, seq[:-1], seq[1:]):
+                d[c].append(z - a)
+            d['lead'].append(prev_end - float(g0.min()))
+            d['blocks'].append(len(b))
+            d['bytes'].append(weight_bytes(b))
+            d['tbs'].append(weight_bytes(b) / max(end - marks[1], 1.0) / 1000.0)
+            d['shape'] = f"{int(b['n_out'][0])}x{int(b['K'][0])}/{int(b['S'][0])}"
+            if len(np.unique(b['n_out'])) > 1 or len(np.unique(b['K'])) > 1:
+                d['shape'] += '+'
+            prev_end = end
+        step_ms.append((prev_end - first_start) / 1e6)
+
+    print(f"matmul launches of a step, first block start to the head's end: median {np.median(step_ms):.3f} ms")
+    print()
+    print("| # | weight (n_out x K / S, + more in the job) | blocks | lead us | gap us | stage us | loop us | finish us "
+          "| tail us | to E us | TB/s over staged -> E |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    tot = defaultdict(float)
+    for i in range(n_launch):
+        d = rows[i]
+        m = {c: float(np.mean(d[c])) / 1000.0 for c in cols + ['lead']}
+        allc = sum(m[c] for c in cols)
+        for c in cols:
+            tot[c] += m[c]
+        tot['bytes'] += float(np.mean(d['bytes']))
+        print(f"| {i} | {d['shape']} | {int(np.mean(d['blocks']))} | {m['lead']:.2f} | {m['gap']:.2f} | {m['stage']:.2f} "
+              f"| {m['loop']:.2f} | {m['finish']:.2f} | {m['tail']:.2f} | {allc:.2f} | {np.mean(d['tbs']):.2f} |")
+    all_us = sum(tot[c] for c in cols)
+    print()
+    print("| where a step's matmul span goes | us | share |")
+    print("|---|---|---|")
+    for c in cols:
+        print(f"| {c} | {tot[c]:.1f} | {100 * tot[c] / all_us:.1f} % |")
+    print(f"| all | {all_us:.1f} | weights {tot['bytes'] / 1e9:.3f} GB: {tot['bytes'] / all_us / 1e6:.2f} TB/s |")
+
+    # the same by weight shape: the launches of each kind summed over a step
+    kinds = defaultdict(lambda: defaultdict(float))
+    for i in range(n_launch):
+        d = rows[i]
+        k = kinds[d['shape']]
+        k['n'] += 1
+        for c in cols + ['lead']:
+            k[c] += float(np.mean(d[c])) / 1000.0
+        k['bytes'] += float(np.mean(d['bytes']))
+    print()
+    print("| weight | launches | gap us | stage us | loop us | finish us | tail us | a launch: to E us | "
+          "TB/s over to E |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for shape, k in sorted(kinds.items(), key=lambda kv: -sum(kv[1][c] for c in cols)):
+        allc = sum(k[c] for c in cols)
+        print(f"| {shape} | {int(k['n'])} | {k['gap']:.1f} | {k['stage']:.1f} | {k['loop']:.1f} | {k['finish']:.1f} "
+              f"| {k['tail']:.1f} | {allc / k['n']:.2f} | {k['bytes'] / allc / 1e6:.2f} |")
+
+
+if __name__ == '__main__':
+    main()
