@@ -97,10 +97,11 @@ static void trace_dump(cudaStream_t stream) {
         if (h && cudaMemcpy(h, trace_dev, (size_t)n * sizeof *h, cudaMemcpyDeviceToHost) == cudaSuccess &&
             (f = fopen(path, "wb"))) {
             const unsigned head[3] = {GT_TRACE_MAGIC, n, (unsigned)sizeof *h};
-            if (fwrite(head, sizeof head, 1, f) != 1 || fwrite(h, sizeof *h, n, f) != n)
+            const bool ok = fwrite(head, sizeof head, 1, f) == 1 && fwrite(h, sizeof *h, n, f) == n;
+            if (fclose(f) == 0 && ok)
+                fprintf(stderr, "quill: matmul trace: %u records in %s\n", n, path);
+            else
                 fprintf(stderr, "quill: matmul trace: writing %s failed\n", path);
-            fclose(f);
-            fprintf(stderr, "quill: matmul trace: %u records in %s\n", n, path);
         } else {
             fprintf(stderr, "quill: matmul trace: could not write %s\n", path);
         }
