@@ -119,10 +119,11 @@ def main():
             d = rows[i]
             for c, a, z in zip(cols, seq[:-1], seq[1:]):
                 d[c].append(z - a)
+            nbytes = weight_bytes(b)
             d['lead'].append(prev_end - float(g0.min()))
             d['blocks'].append(len(b))
-            d['bytes'].append(weight_bytes(b))
-            d['tbs'].append(weight_bytes(b) / max(end - marks[1], 1.0) / 1000.0)
+            d['bytes'].append(nbytes)
+            d['tbs'].append(nbytes / max(end - marks[1], 1.0) / 1000.0)
             d['shape'] = f"{int(b['n_out'][0])}x{int(b['K'][0])}/{int(b['S'][0])}"
             if len(np.unique(b['n_out'])) > 1 or len(np.unique(b['K'])) > 1:
                 d['shape'] += '+'
