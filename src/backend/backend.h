@@ -43,6 +43,7 @@ typedef struct qweight {
     qwfmt sb_fmt;          /* AFFINE only */
     int bits, group;       /* AFFINE only */
     int tiled;             /* AFFINE, set by the backend's pack_weight: its bytes are in the backend's own order */
+    int split;             /* set by the backend's group_weights: the K slices of its decode matmul (0: its own rule) */
 } qweight;
 
 /* A run of batch rows of one stream: rows [row0, row0 + n_rows), at positions pos0, pos0 + 1, ... */
@@ -135,6 +136,10 @@ typedef struct qbackend_ops {
      * in W->tiled; it may move the weight into larger buffers (rows padded), *grown the bytes added. The model calls it
      * once per weight after the upload. */
     qstatus (*pack_weight)(qbackend *be, qweight *W, size_t *grown);
+    /* Optional (NULL: each weight planned alone): the count weights the model always multiplies by the same rows in
+     * one call (matmul_multi, norm_matmul_multi), once, after they are packed; the backend may plan their decode
+     * matmul as one launch and say so in each W[i]->split, which every later call of any row count then keeps. */
+    qstatus (*group_weights)(qbackend *be, int count, qweight *const *W);
 
     /* y[r][:] = row ids[r] of table (dequantized). ids: backend int32 [n]. */
     qstatus (*embed)(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y);

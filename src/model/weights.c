@@ -214,6 +214,20 @@ static qstatus load_gdn(wload *c, int l, qwen35_gdn_weights *d) {
     return layer_vec(c, l, "linear_attn.norm.weight", dv, 0, &d->norm_w); /* gated norm: raw, never 1+w */
 }
 
+/* The layer's weights that qwen35.c multiplies by the same rows in one call, told to the backend (group_weights): the
+ * projections of the normed input (layer_in_weights there) and the MLP's gate and up (norm_mm's GLU pair). */
+static qstatus group_layer(wload *c, qwen35_layer *L) {
+    qstatus (*group)(qbackend *, int, qweight *const *) = c->be->ops->group_weights;
+    if (!group) return Q_OK;
+    qwen35_attn_weights *a = &L->attn;
+    qwen35_gdn_weights *d = &L->gdn;
+    qweight *const in_attn[] = {&a->q_proj, &a->k_proj, &a->v_proj};
+    qweight *const in_gdn[] = {&d->in_proj_qkv, &d->in_proj_z, &d->in_proj_b, &d->in_proj_a};
+    qweight *const mlp[] = {&L->gate_proj, &L->up_proj};
+    Q_TRY(L->is_attn ? group(c->be, 3, in_attn) : group(c->be, 4, in_gdn));
+    return group(c->be, 2, mlp);
+}
+
 static qstatus load_layer(wload *c, int l, qwen35_layer *L) {
     const qwen35_config *g = c->cfg;
     L->is_attn = g->layer_is_attn[l];
@@ -222,7 +236,8 @@ static qstatus load_layer(wload *c, int l, qwen35_layer *L) {
     Q_TRY(L->is_attn ? load_attn(c, l, &L->attn) : load_gdn(c, l, &L->gdn));
     Q_TRY(layer_linear(c, l, "mlp.gate_proj", g->intermediate, g->hidden, &L->gate_proj));
     Q_TRY(layer_linear(c, l, "mlp.up_proj", g->intermediate, g->hidden, &L->up_proj));
-    return layer_linear(c, l, "mlp.down_proj", g->hidden, g->intermediate, &L->down_proj);
+    Q_TRY(layer_linear(c, l, "mlp.down_proj", g->hidden, g->intermediate, &L->down_proj));
+    return group_layer(c, L);
 }
 
 static qstatus load_all(wload *c) {

@@ -146,7 +146,7 @@ static void stream_and_graph(const C &c, int n_ops, cudaStream_t st, R run, std:
 /* A chain's 4-bit g64 weight: random codes, read in the tile order as the model's are (cuda_q4_tiled.cuh), and scales
  * and biases small enough that 32 ops in a row keep the values finite; *bytes grows by its codes, scales and biases. */
 static qweight chain_q4_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
-    qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64, 1};
+    qweight q = {QW_AFFINE, n_out, K, NULL, NULL, NULL, QW_BF16, 4, 64, 1, 0};
     const size_t wb = (size_t)(n_out * K) / 2, sb = (size_t)(n_out * (K / 64)) * 2;
     CK(cudaMalloc(&q.w, wb));
     CK(cudaMalloc(&q.scales, sb));

@@ -104,7 +104,7 @@ static dw dw_make(qbackend *be, const hw *h) {
     dw d;
     memset(&d, 0, sizeof d);
     qweight q = {h->q4 ? QW_AFFINE : QW_BF16, h->n_out, h->k, NULL, NULL, NULL, QW_BF16, h->q4 ? 4 : 0,
-                 h->q4 ? 64 : 0, 0};
+                 h->q4 ? 64 : 0, 0, 0};
     if (!h->q4) {
         const size_t b = (size_t)(h->n_out * h->k) * 2;
         OK(be->ops->alloc(be, b, &q.w));
@@ -138,7 +138,7 @@ static qbackend *make_backend(const char *prec, const char *gemm) {
     else unsetenv("QUILL_PREFILL_GEMM");
     qbackend *be = NULL;
     OK(cuda_backend_create(0, &be));
-    qweight w = {QW_BF16, 4096, 4096, NULL, NULL, NULL, QW_BF16, 0, 0, 0};
+    qweight w = {QW_BF16, 4096, 4096, NULL, NULL, NULL, QW_BF16, 0, 0, 0, 0};
     char buf[256];
     cuda_prefill_gemm_describe(be, &w, buf, sizeof buf); /* reads the environment now */
     if (!strncmp(buf, "error", 5)) {
@@ -245,7 +245,7 @@ int main(void) {
         const int64_t n_out = shapes[s][0], K = shapes[s][1];
         { /* the algorithm chosen for this shape, and why (before its rows: a later failure keeps it) */
             char d0[2048];
-            qweight w = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0};
+            qweight w = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0, 0};
             cuda_prefill_gemm_describe(be[0], &w, d0, sizeof d0);
             printf("#   %lldx%lld %s\n", (long long)n_out, (long long)K, d0);
             fflush(stdout);

@@ -59,7 +59,7 @@ int main(void) {
     qbackend *be = NULL;
     OK(cuda_backend_create(0, &be));
     cudaStream_t st = cu_stream(be);
-    qweight W = {QW_BF16, V, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0};
+    qweight W = {QW_BF16, V, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0, 0};
     const size_t n = (size_t)V * K;
     float *h, *lg;
     int32_t *id;

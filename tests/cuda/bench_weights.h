@@ -48,7 +48,7 @@ static wset make_weight(int64_t n_out, int64_t K, int group, uint32_t seed) { /*
     const size_t per = s.w_bytes + 2 * s.sb_bytes;
     s.copies = (int)std::min<size_t>(16, std::max<size_t>(1, (size_t)(240u << 20) / per + 1));
     for (int c = 0; c < s.copies; c++) {
-        qweight q = {group ? QW_AFFINE : QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, group ? 4 : 0, group, 0};
+        qweight q = {group ? QW_AFFINE : QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, group ? 4 : 0, group, 0, 0};
         CK(cudaMalloc(&q.w, s.w_bytes));
         if (c == 0) {
             if (group) fill_words<<<2048, 256>>>((uint32_t *)q.w, s.w_bytes / 4, seed);

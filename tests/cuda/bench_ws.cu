@@ -295,7 +295,7 @@ __global__ void __launch_bounds__((WS_CW + 1) * 32, 1) ws_kernel(const __grid_co
  * uniform of scale 1.7 / sqrt(K). */
 static qweight one_weight(int64_t n_out, int64_t K, uint32_t seed, size_t *bytes) {
     if (WS_Q) return chain_q4_weight(n_out, K, seed, bytes);
-    qweight q = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0};
+    qweight q = {QW_BF16, n_out, K, NULL, NULL, NULL, QW_BF16, 0, 0, 0, 0};
     const size_t wb = (size_t)(n_out * K) * 2;
     CK(cudaMalloc(&q.w, wb));
     fill_bf16<<<2048, 256>>>((__nv_bfloat16 *)q.w, (size_t)(n_out * K), seed, 0.0f, 1.7f / sqrtf((float)K));

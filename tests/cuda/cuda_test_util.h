@@ -142,7 +142,7 @@ static inline wpair mk_weight(qwfmt fmt, int64_t n_out, int64_t n_in, int bits, 
         p.s = mk(ng * 2, sh); p.b = mk(ng * 2, bh);
         free(h); free(sf); free(bf); free(sh); free(bh);
     }
-    qweight q = {fmt, n_out, n_in, NULL, NULL, NULL, QW_BF16, bits, group, 0};
+    qweight q = {fmt, n_out, n_in, NULL, NULL, NULL, QW_BF16, bits, group, 0, 0};
     p.c = q; p.g = q;
     p.c.w = p.w.c; p.g.w = p.w.g;
     p.c.scales = p.s.c; p.g.scales = p.s.g;

@@ -118,15 +118,24 @@ static void test_matmul_decode(void) {
 /* matmul_multi (a block's projections in one launch) against one matmul per weight, bitwise, for
  * 4-bit and bf16 sets (with n_out not a multiple of 128 and different splits, and the GDN block's
  * shapes, whose weights alone would take different row tiles) and a mixed set (which falls back to one
- * launch per weight); 1, 6 and 37 rows. The same for matmul_prefill_multi against matmul_prefill (one wgmma
- * launch for a set of one format; 1, 6, 37 and 129 rows), and both against the CPU. */
+ * launch per weight); 1, 6 and 37 rows, the first row's outputs the same in all three (EXACT(batch)). The 9B's GDN
+ * in and gate + up also as groups (group_weights: their own splits, fewer, as a one-row launch of 528 or 768 blocks
+ * takes more than one wave). The same for matmul_prefill_multi against matmul_prefill (one wgmma launch for a set of
+ * one format; 1, 6, 37 and 129 rows), and both against the CPU. */
 static void test_matmul_multi(void) {
-    struct { qwfmt f[4]; int n_out[4], count, n_in; const char *name; } sets[] = {
-        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {1008, 64, 304, 32}, 4, 1024, "4b x4"},
+    struct { qwfmt f[4]; int n_out[4], count, n_in, group; const char *name; } sets[] = {
+        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {1008, 64, 304, 32}, 4, 1024, 0, "4b x4"},
         /* the GDN block's shapes: the 32-output weights alone take more row tiles than the job */
-        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {8192, 4096, 32, 32}, 4, 4096, "4b gdn"},
-        {{QW_BF16, QW_BF16}, {520, 96}, 2, 1056, "bf16 x2"},
-        {{QW_AFFINE, QW_BF16, QW_AFFINE}, {256, 130, 33}, 3, 1024, "mixed x3"}};
+        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {8192, 4096, 32, 32}, 4, 4096, 0, "4b gdn"},
+        {{QW_AFFINE, QW_AFFINE, QW_AFFINE, QW_AFFINE}, {8192, 4096, 32, 32}, 4, 4096, 1, "4b gdn grouped"},
+        {{QW_AFFINE, QW_AFFINE}, {12288, 12288}, 2, 4096, 1, "4b gate + up grouped"},
+        {{QW_BF16, QW_BF16}, {520, 96}, 2, 1056, 0, "bf16 x2"},
+        {{QW_AFFINE, QW_BF16, QW_AFFINE}, {256, 130, 33}, 3, 1024, 0, "mixed x3"}};
+    const char *group_env = getenv("QUILL_CUDA_GROUP_SPLIT");
+    const int group_on = !group_env || strcmp(group_env, "0") != 0;
+    cuda_device_info dev;
+    char err[128];
+    const int n_sms = cuda_device_query(0, &dev, err, sizeof err) == 0 ? dev.n_sms : 0;
     const int ns[4] = {1, 6, 37, 129}; /* 129: two row blocks of the wgmma kernel */
     for (int prefill = 0; prefill < 2; prefill++)
         for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
@@ -143,10 +152,40 @@ static void test_matmul_multi(void) {
                 y1[i] = mk((size_t)rows * sets[k].n_out[i] * 4, NULL);
                 Yg[i] = (float *)y[i].g;
             }
-            int same = 1;
+            char name[64];
+            snprintf(name, sizeof name, "%s %s", prefill ? "matmul_prefill_multi" : "matmul_multi", sets[k].name);
+            if (sets[k].group) {
+                qweight *Wm[4];
+                for (int i = 0; i < count; i++) Wm[i] = &W[i].g;
+                OK(gpu->ops->group_weights(gpu, count, Wm));
+                /* set: all of them, and the one-row launch is one wave of 3 blocks an SM. On 132 SMs (H100 SXM,
+                 * H200) they are set for gate + up's 768 blocks, and for GDN in's 528 but in dequant mode, whose
+                 * slices of at least 16 units leave it 392 */
+                int64_t blocks = 0, set = 0;
+                for (int i = 0; i < count; i++)
+                    set += W[i].g.split > 0, blocks += (sets[k].n_out[i] + 127) / 128 * W[i].g.split;
+                const char *mode = getenv("QUILL_DECODE_PRECISION");
+                const int dq = mode && !strcmp(mode, "dequant"), want = group_on && (count == 2 || !dq);
+                char nm[96];
+                snprintf(nm, sizeof nm, "%s: splits set, one wave", name);
+                expect_flag(nm, set == 0 || (set == count && blocks <= 3 * n_sms));
+                if (n_sms == 132) {
+                    snprintf(nm, sizeof nm, "%s: splits %s (132 SMs)", name, want ? "set" : "its own");
+                    expect_flag(nm, (set > 0) == want);
+                }
+            }
+            int same = 1, first_same = 1;
+            float *first[4] = {NULL};
             for (int q = 0; q < nq; q++) {
                 OK(prefill ? gpu->ops->matmul_prefill_multi(gpu, x.g, ns[q], count, Wg, Yg)
                            : gpu->ops->matmul_multi(gpu, x.g, ns[q], count, Wg, Yg));
+                for (int i = 0; i < count; i++) { /* row 0 of every call: the same bits (EXACT(batch), decode) */
+                    const size_t row = (size_t)sets[k].n_out[i] * 4;
+                    float *r = malloc(row);
+                    OK(gpu->ops->download(gpu, r, y[i].g, row));
+                    if (q == 0) first[i] = r;
+                    else first_same &= memcmp(first[i], r, row) == 0, free(r);
+                }
                 for (int i = 0; i < count; i++) {
                     OK(prefill ? gpu->ops->matmul_prefill(gpu, x.g, ns[q], Wg[i], y1[i].g)
                                : gpu->ops->matmul(gpu, x.g, ns[q], Wg[i], y1[i].g));
@@ -158,9 +197,13 @@ static void test_matmul_multi(void) {
                     free(a); free(b);
                 }
             }
-            char name[64];
-            snprintf(name, sizeof name, "%s %s", prefill ? "matmul_prefill_multi" : "matmul_multi", sets[k].name);
             expect_flag(name, same);
+            if (!prefill) {
+                char nm[96];
+                snprintf(nm, sizeof nm, "%s: row 0 alone = among 6 = among 37", name);
+                expect_flag(nm, first_same);
+            }
+            for (int i = 0; i < count; i++) free(first[i]);
             for (int i = 0; i < count; i++) {
                 OK(cpu->ops->matmul(cpu, x.c, rows, &W[i].c, y[i].c));
                 char nm[96];

@@ -142,6 +142,7 @@ static qbackend_ops make_ops(void) {
     o.rmsnorm = cuda_rmsnorm;
     o.matmul = cuda_matmul;
     o.matmul_multi = cuda_matmul_multi;
+    o.group_weights = cuda_group_weights;
     o.matmul_prefill = cuda_matmul_prefill;
     o.matmul_prefill_multi = cuda_matmul_prefill_multi;
     o.swiglu_matmul_prefill = cuda_swiglu_matmul_prefill;

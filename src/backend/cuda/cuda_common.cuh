@@ -430,6 +430,7 @@ __device__ __forceinline__ float glu_act(float g, int act) { return act == QGLU_
 qstatus cuda_embed(qbackend *be, const qweight *table, const int32_t *ids, int n, float *y);
 qstatus cuda_matmul(qbackend *be, const float *x, int n, const qweight *W, float *y);
 qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W, float *const *y);
+qstatus cuda_group_weights(qbackend *be, int count, qweight *const *W);
 qstatus cuda_matmul_prefill(qbackend *be, const float *x, int n, const qweight *W, float *y);
 qstatus cuda_swiglu_matmul_prefill(qbackend *be, float *gate, const float *up, int n, const qweight *W, float *y);
 qstatus cuda_matmul_prefill_multi(qbackend *be, const float *x, int n, int count, const qweight *const *W,

@@ -377,6 +377,17 @@ qstatus cuda_matmul_multi(qbackend *be, const float *x, int n, int count, const 
     return tc_launch(be, x, n, count, W, y, kind, {});
 }
 
+/* backend.h's group_weights: the group's splits where gemv_tc_group_splits finds its launch one wave. */
+qstatus cuda_group_weights(qbackend *be, int count, qweight *const *W) {
+    (void)be;
+    int S[GT_JOB];
+    if (count < 1 || count > GT_JOB) return q_fail(Q_EINVAL, "cuda group_weights: %d weights (1..%d)", count, GT_JOB);
+    for (int i = 0; i < count; i++) Q_TRY(check_weight(W[i]));
+    if (gemv_tc_group_splits(count, W, S))
+        for (int i = 0; i < count; i++) W[i]->split = S[i];
+    return Q_OK;
+}
+
 /* The residual boundary (backend.h's qnorm): the tensor-core kernels do it as they finish (the producer: the
  * block that writes an output block's sums adds them into the residual and sums the squares) and as they stage
  * x (the consumers). */

@@ -24,7 +24,8 @@
  * - QUILL_DECODE_PRECISION=dequant (DQ, with bf16 x): a 4-bit unit's weights become bf16 first, w = bf16(q s + b)
  *   rounded once (gt_dq), and its MMAs chain over the slice as bf16 weights' do: no fold per unit, so a many-row
  *   launch can keep one wgmma accumulator chain (cuda_gemv_dq.cuh) and still give every row the one-row bits.
- * - Split-K: the K units are cut into S slices, S a function of (n_out, K) and the device only (gemv_tc_split). With
+ * - Split-K: the K units are cut into S slices, S a function of (n_out, K), the device and the weights it is grouped
+ *   with only (gemv_tc_split; its group's: gemv_tc_group_splits, kept in the weight). With
  *   S > 1 each slice writes a partial and the last block of an (output block, row chunk) to arrive
  *   (a ticket counter) sums the S partials in the order s = 0..S-1; the counter is reset for the next
  *   call. A row's arithmetic depends on nothing but the weight and the row: EXACT(batch).

@@ -48,6 +48,7 @@ static inline int64_t gemv_tc_slice_units(const qweight *W, int kind, int S) {
  * clusters of 8 too) only. Enough blocks to fill the GPU about twice (GT_BLOCKS), each slice at least gt_min_slice
  * units, and always few enough units per slice that GT_FIT_TILES_* tiles of staged rows fit the shared memory. */
 static inline int gemv_tc_split(const qweight *W, int kind) {
+    if (W->split > 0) return W->split; /* its group's (gemv_tc_group_splits) */
     const int64_t U = W->n_in / gemv_tc_unit_k(kind), ob = (W->n_out + GT_OUT - 1) / GT_OUT;
     const size_t tub = gemv_tc_tile_unit_bytes(kind);
     const int64_t aim = kind ? GT_BLOCKS_Q4 : GT_BLOCKS, fit = kind ? GT_FIT_TILES_Q4 : GT_FIT_TILES_BF16;
@@ -174,6 +175,39 @@ static inline int gt_lean_on(void) {
  * (the 9B's GDN in, 528 blocks: in two full waves at 2 an SM the 4-bit step was 1.7 % slower, session 45). */
 static inline bool gt_use_lean(unsigned blocks) {
     return gt_lean_on() && blocks > (unsigned)(GT_LEAN_WAVES * GT_MIN_BLOCKS * cu_sms());
+}
+
+/* A group of 4-bit weights that always go out together (backend.h's group_weights): where their one-row launch takes
+ * the lean variant and more than one wave of it, the largest splits are halved, largest first (then the weight of
+ * more output blocks, then the first), until it takes one: the 9B's gate + up 768 -> 384 blocks, its GDN in 528 ->
+ * 396 on 132 SMs. The tail of a second wave costs more than the longer slices (docs/performance.md, fifty-sixth
+ * pass; bf16's gate + up in one wave was slower, the thirty-seventh). A split stays a power of two of at least 2
+ * whose slice fits the shared memory as gemv_tc_split's do. Fills S[i] and returns 1 where that fits the group in
+ * one wave; else 0 (each weight keeps its own). QUILL_CUDA_GROUP_SPLIT=0: 0 always (an A/B in one build; the bits
+ * change with it). */
+static inline int gemv_tc_group_splits(int count, const qweight *const *W, int *S) {
+    static int on = -1;
+    const int kind = gemv_tc_kind(W[0]);
+    if (count < 2 || count > GT_JOB || kind <= 0 || !cu_env_on("QUILL_CUDA_GROUP_SPLIT", &on)) return 0;
+    int64_t blocks = 0, ob[GT_JOB];
+    for (int i = 0; i < count; i++) {
+        if (gemv_tc_kind(W[i]) != kind || W[i]->n_in != W[0]->n_in || W[i]->split > 0) return 0;
+        S[i] = gemv_tc_split(W[i], kind), ob[i] = (W[i]->n_out + GT_OUT - 1) / GT_OUT;
+        blocks += ob[i] * S[i];
+    }
+    const int64_t slots = (int64_t)GT_LEAN_BLOCKS * cu_sms();
+    if (blocks > 0xffffffffLL || !gt_use_lean((unsigned)blocks) || blocks <= slots) return 0;
+    const size_t room = GT_SMEM_MAX / (gemv_tc_tile_unit_bytes(kind) * GT_FIT_TILES_Q4);
+    while (blocks > slots) {
+        int b = -1;
+        for (int i = 0; i < count; i++)
+            if (S[i] >= 4 && (S[i] & (S[i] - 1)) == 0 && (size_t)gemv_tc_slice_units(W[i], kind, S[i] / 2) <= room &&
+                (b < 0 || S[i] > S[b] || (S[i] == S[b] && ob[i] > ob[b])))
+                b = i;
+        if (b < 0) return 0;
+        blocks -= ob[b] * (S[b] / 2), S[b] /= 2;
+    }
+    return 1;
 }
 
 /* The one-tile kernel that stages its own x, of input kind `in` (gt_in_kind). */

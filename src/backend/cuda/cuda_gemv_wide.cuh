@@ -1,7 +1,7 @@
 /* cuda_gemv_wide.cuh: the decode matmul for many rows (more than GW_MIN_ROWS: aggregate decode, draft
  * blocks), included by cuda_gemv.cuh. Same arithmetic per row as gemv_tc_kernel, so a row's bits do not
  * depend on which of the two ran it (EXACT(batch)): each unit through gt_unit, units folded in order
- * within the weight's K slices (gemv_tc_split, a function of the shape only), the slices' partials summed
+ * within the weight's K slices (gemv_tc_split, a function of the weight only), the slices' partials summed
  * in slice order by gt_finish.
  *
  * What differs is the organisation. gemv_tc_kernel stages a block's whole slice of x before it starts,

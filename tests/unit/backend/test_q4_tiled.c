@@ -88,7 +88,7 @@ static void test_rows_and_eligible(void **state) {
     assert_int_equal(q4t_rows(16), 16);
     assert_int_equal(q4t_rows(1000), 1008);
     static uint32_t words[64], sb[64]; /* 16-byte aligned enough for the checks: only the addresses are read */
-    qweight W = {QW_AFFINE, 4, 128, words, sb, sb, QW_BF16, 4, 64, 0};
+    qweight W = {QW_AFFINE, 4, 128, words, sb, sb, QW_BF16, 4, 64, 0, 0};
     W.w = (void *)(((uintptr_t)words + 15) & ~(uintptr_t)15);
     assert_true(q4t_eligible(&W));
     W.group = 32;
