@@ -166,7 +166,7 @@ static void test_matmul_multi(void) {
                     set += W[i].g.split > 0, blocks += (sets[k].n_out[i] + 127) / 128 * W[i].g.split;
                 const char *mode = getenv("QUILL_DECODE_PRECISION");
                 const int dq = mode && !strcmp(mode, "dequant"), want = group_on && (count == 2 || !dq);
-                char nm[96];
+                char nm[128];
                 snprintf(nm, sizeof nm, "%s: splits set, one wave", name);
                 expect_flag(nm, set == 0 || (set == count && blocks <= 3 * n_sms));
                 if (n_sms == 132) {
@@ -199,7 +199,7 @@ static void test_matmul_multi(void) {
             }
             expect_flag(name, same);
             if (!prefill) {
-                char nm[96];
+                char nm[128];
                 snprintf(nm, sizeof nm, "%s: row 0 alone = among 6 = among 37", name);
                 expect_flag(nm, first_same);
             }
