@@ -296,16 +296,6 @@ static qstatus glu_mm_range(qwen35_model *m, int r, float *x, const qglu *glu, c
  * producer adds into x and leaves the sums of squares in s->ss, and the consumers normalise x as they read
  * it (s->h is not written); else the product goes to s->out and add_rmsnorm writes s->h. */
 
-/* The projections that read a layer's normed input. */
-static int layer_in_weights(const qwen35_layer *L, const qweight **W) {
-    if (L->is_attn) {
-        W[0] = &L->attn.q_proj, W[1] = &L->attn.k_proj, W[2] = &L->attn.v_proj;
-        return 3;
-    }
-    W[0] = &L->gdn.in_proj_qkv, W[1] = &L->gdn.in_proj_z, W[2] = &L->gdn.in_proj_b, W[3] = &L->gdn.in_proj_a;
-    return 4;
-}
-
 /* Whether range r's boundary from producer P to consumers C runs fused. */
 static int res_fused(const qwen35_model *m, int r, const qweight *P, int count, const qweight *const *C) {
     const qbackend_ops *o = m->be->ops;
@@ -376,7 +366,7 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     qbackend *be = m->be;
     const int D = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads;
     const qweight *W[4];
-    layer_in_weights(L, W);
+    qwen35_layer_in_weights(L, W);
     float *const Y[3] = {s->qg, s->k, s->v}; /* qg: per head [query | gate] */
     Q_TRY(norm_mm(m, L->input_norm, 3, W, Y, 0));
     if (be->ops->qk_norm_rope) {
@@ -427,7 +417,7 @@ static qstatus gdn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state
                             c->gdn_state_type == QSTATE_BF16, 1, /* settled: the ops below follow a matmul, a conv */
                             s->n_ranges == 1 ? &out_norm : NULL};
     const qweight *W[4];
-    layer_in_weights(L, W);
+    qwen35_layer_in_weights(L, W);
     float *const Y[4] = {s->qkv, s->z, s->b, s->a};
     Q_TRY(norm_mm(m, L->input_norm, 4, W, Y, 0));
     for (int i = 0; i < n_seqs; i++) {
@@ -471,7 +461,7 @@ static qstatus mlp_block(qwen35_model *m, int l) {
      * then the matmul): a prompt range by swiglu_matmul_prefill, a decode range by glu_matmul or resid_matmul */
     const int64_t I = m->cfg.intermediate, D = L->down_proj.n_out;
     const qweight *Wd = &L->down_proj;
-    const int n_c = N ? layer_in_weights(N, C) : 0;
+    const int n_c = N ? qwen35_layer_in_weights(N, C) : 0;
     for (int r = 0; r < s->n_ranges; r++) {
         const int r0 = s->range_start[r], len = s->range_start[r + 1] - r0;
         float *g = s->gate + r0 * I, *u = s->up + r0 * I;

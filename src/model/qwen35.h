@@ -44,6 +44,10 @@ typedef struct qwen35_layer {
     qweight down_proj;          /* [hidden][intermediate] */
 } qwen35_layer;
 
+/* The projections of layer L's normed input, which the forward pass multiplies by the same rows in one call: q, k, v,
+ * or the GDN's qkv, z, b, a (model/weights.c). Fills W and returns how many (3 or 4). */
+int qwen35_layer_in_weights(const qwen35_layer *L, const qweight **W);
+
 typedef struct qwen35_weights {
     qweight embed;       /* [vocab][hidden] */
     qweight lm_head;     /* [vocab][hidden]; same memory as embed when tied */

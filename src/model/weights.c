@@ -214,17 +214,26 @@ static qstatus load_gdn(wload *c, int l, qwen35_gdn_weights *d) {
     return layer_vec(c, l, "linear_attn.norm.weight", dv, 0, &d->norm_w); /* gated norm: raw, never 1+w */
 }
 
+int qwen35_layer_in_weights(const qwen35_layer *L, const qweight **W) {
+    if (L->is_attn) {
+        W[0] = &L->attn.q_proj, W[1] = &L->attn.k_proj, W[2] = &L->attn.v_proj;
+        return 3;
+    }
+    W[0] = &L->gdn.in_proj_qkv, W[1] = &L->gdn.in_proj_z, W[2] = &L->gdn.in_proj_b, W[3] = &L->gdn.in_proj_a;
+    return 4;
+}
+
 /* The layer's weights that qwen35.c multiplies by the same rows in one call, told to the backend (group_weights): the
- * projections of the normed input (layer_in_weights there) and the MLP's gate and up (norm_mm's GLU pair). */
+ * projections of the normed input (qwen35_layer_in_weights) and the MLP's gate and up (norm_mm's GLU pair). */
 static qstatus group_layer(wload *c, qwen35_layer *L) {
     qstatus (*group)(qbackend *, int, qweight *const *) = c->be->ops->group_weights;
     if (!group) return Q_OK;
-    qwen35_attn_weights *a = &L->attn;
-    qwen35_gdn_weights *d = &L->gdn;
-    qweight *const in_attn[] = {&a->q_proj, &a->k_proj, &a->v_proj};
-    qweight *const in_gdn[] = {&d->in_proj_qkv, &d->in_proj_z, &d->in_proj_b, &d->in_proj_a};
+    const qweight *in[4];
+    qweight *W[4];
+    const int n = qwen35_layer_in_weights(L, in);
+    for (int i = 0; i < n; i++) W[i] = (qweight *)in[i]; /* L's own weights, which the load writes */
     qweight *const mlp[] = {&L->gate_proj, &L->up_proj};
-    Q_TRY(L->is_attn ? group(c->be, 3, in_attn) : group(c->be, 4, in_gdn));
+    Q_TRY(group(c->be, n, W));
     return group(c->be, 2, mlp);
 }
 
