@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 build=${BUILD:-build-cuda}
 log=${OUT:-/tmp}/cuda-tests.log
 : >"$log"
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_rows cuda_test_cuda_head cuda_test_cuda_seq_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF >>"$log" 2>&1 && cmake --build "$build" -j "$(nproc)" --target quill cuda_test_cuda_ops cuda_test_cuda_matmul cuda_test_cuda_rows cuda_test_cuda_head cuda_test_cuda_seq_ops cuda_test_cuda_kvgrow golden_test_model_goldens golden_test_model_batch >>"$log" 2>&1
 if [ $? -ne 0 ]; then tail -40 "$log"; echo "build failed"; exit 1; fi
 declare -a rows
 fails=0
@@ -30,16 +30,16 @@ step() { # name, command...
   rows+=("$(printf '| %-52s | %-4s | %6d ms |' "$name" "$([ $rc -eq 0 ] && echo ok || echo FAIL)" "$ms")")
   [ $rc -eq 0 ] || fails=$((fails + 1))
 }
-step "cuda ops vs cpu, batch invariance" "$build/cuda_test_cuda_ops"
+# the matmuls' binary, then the other ops': command... (env, timeout, a sanitizer) with each appended
+ops() { "$@" "$build/cuda_test_cuda_matmul" && "$@" "$build/cuda_test_cuda_ops"; }
+step "cuda matmuls and ops vs cpu, batch invariance" ops env
 step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_cuda_seq_ops"
 step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUDA_ATT_TC=0 "$build/cuda_test_cuda_seq_ops"
 step "  the same in bf16 prefill mode (QUILL_PREFILL_PRECISION=bf16)" env QUILL_PREFILL_PRECISION=bf16 \
      "$build/cuda_test_cuda_seq_ops"
-step "cuda ops, 4-bit prompt GEMM by the pass (QUILL_PREFILL_DEQUANT=pass)" env QUILL_PREFILL_DEQUANT=pass \
-     "$build/cuda_test_cuda_ops"
-step "cuda ops in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" env QUILL_DECODE_PRECISION=bf16 "$build/cuda_test_cuda_ops"
-step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QUILL_DECODE_PRECISION=dequant \
-     "$build/cuda_test_cuda_ops"
+step "cuda ops, 4-bit prompt GEMM by the pass (QUILL_PREFILL_DEQUANT=pass)" ops env QUILL_PREFILL_DEQUANT=pass
+step "cuda ops in bf16 decode mode (QUILL_DECODE_PRECISION=bf16)" ops env QUILL_DECODE_PRECISION=bf16
+step "cuda ops in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" ops env QUILL_DECODE_PRECISION=dequant
 step "producers' split rows (GLU pair, gated norm, output gate) in every mode" bash -c \
      "'$build/cuda_test_cuda_rows' && QUILL_DECODE_PRECISION=bf16 '$build/cuda_test_cuda_rows' &&
       QUILL_DECODE_PRECISION=dequant '$build/cuda_test_cuda_rows'"
@@ -60,7 +60,7 @@ step "  the same in dequant decode mode (QUILL_DECODE_PRECISION=dequant)" env QU
      QUILL_TEST_MODEL=gqa4-v2k-mlx4 QUILL_TEST_BACKEND=cuda "$build/golden_test_model_batch"
 step "model goldens via cpu" env QUILL_TEST_BACKEND=cpu "$build/golden_test_model_goldens"
 # the cuBLASLt prompt GEMM (QUILL_PREFILL_GEMM=cublaslt; the default on other GPUs): the same checks through it
-step "cuda ops with the cuBLASLt prefill GEMM" env QUILL_PREFILL_GEMM=cublaslt "$build/cuda_test_cuda_ops"
+step "cuda ops with the cuBLASLt prefill GEMM" ops env QUILL_PREFILL_GEMM=cublaslt
 step "model goldens via cuda, cuBLASLt prefill GEMM" env QUILL_PREFILL_GEMM=cublaslt QUILL_TEST_BACKEND=cuda \
      "$build/golden_test_model_goldens"
 step "batch invariance, chunk cuts (cuda, cuBLASLt prefill GEMM)" env QUILL_PREFILL_GEMM=cublaslt \
@@ -102,33 +102,35 @@ step "compute-sanitizer racecheck: cuda seq ops (chunked GDN, flash)" timeout 15
      --error-exitcode 9 "$build/cuda_test_cuda_seq_ops"
 step "compute-sanitizer racecheck: cuda seq ops, bf16 prefill mode" env QUILL_PREFILL_PRECISION=bf16 timeout 150 \
      compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_seq_ops"
-# the ops test runs the decode matmul at 37 and 70 rows (gemv_wide_kernel's cp.async stages), which one stream never does
-step "compute-sanitizer memcheck: cuda ops (many-row matmul)" timeout 150 compute-sanitizer --tool memcheck \
-     --error-exitcode 9 "$build/cuda_test_cuda_ops"
-step "compute-sanitizer racecheck: cuda ops (many-row matmul)" timeout 150 compute-sanitizer --tool racecheck \
-     --error-exitcode 9 "$build/cuda_test_cuda_ops"
-step "compute-sanitizer memcheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
-     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
-step "compute-sanitizer racecheck: cuda ops, bf16 decode mode" env QUILL_DECODE_PRECISION=bf16 timeout 150 \
-     compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+# the matmul test runs the decode matmul at 37 and 70 rows (gemv_wide_kernel's cp.async stages), which one stream never
+# does
+step "compute-sanitizer memcheck: cuda ops (many-row matmul)" ops timeout 150 compute-sanitizer --tool memcheck \
+     --error-exitcode 9
+step "compute-sanitizer racecheck: cuda ops (many-row matmul)" ops timeout 150 compute-sanitizer --tool racecheck \
+     --error-exitcode 9
+step "compute-sanitizer memcheck: cuda ops, bf16 decode mode" ops env QUILL_DECODE_PRECISION=bf16 timeout 150 \
+     compute-sanitizer --tool memcheck --error-exitcode 9
+step "compute-sanitizer racecheck: cuda ops, bf16 decode mode" ops env QUILL_DECODE_PRECISION=bf16 timeout 150 \
+     compute-sanitizer --tool racecheck --error-exitcode 9
 # the 4-bit fold, the default: TMA stages read by wgmma and by the consumers' loads, the stages' barriers, the 128-row
-# tile's ping-pong barriers. memcheck on test_cuda_ops' prompt matmuls (QUILL_CUDA_TESTS=2,3,4); racecheck there passes
-# 280 s (session 44), so it runs on a 4-bit prompt (150 rows in chunks of 100) through each tile, forced
+# tile's ping-pong barriers. memcheck on test_cuda_matmul's prompt matmuls (QUILL_CUDA_TESTS=2,3,4); racecheck there
+# passes 280 s (session 44), so it runs on a 4-bit prompt (150 rows in chunks of 100) through each tile, forced
 step "compute-sanitizer memcheck: prompt matmuls, the fold's 128-row tile" env QUILL_WQ_TILE=long \
-     QUILL_CUDA_TESTS=2,3,4 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+     QUILL_CUDA_TESTS=2,3,4 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 \
+     "$build/cuda_test_cuda_matmul"
 for tile in short mid long; do
   step "compute-sanitizer racecheck: a 4-bit prompt through the fold's $tile tile" env QUILL_WQ_TILE=$tile timeout 200 \
        compute-sanitizer --tool racecheck --error-exitcode 9 "$build/quill" run tests/fixtures/models/gqa4-v2k-mlx4 \
        --backend cuda --prompt-ids "$(seq -s, 1 150)" -n 4 --ignore-eos --prefill-chunk 100
 done
 # the 4-bit dequantization pass's scratch and the wgmma kernel on it
-step "compute-sanitizer memcheck: cuda ops, the 4-bit pass" env QUILL_PREFILL_DEQUANT=pass timeout 150 \
-     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+step "compute-sanitizer memcheck: cuda ops, the 4-bit pass" ops env QUILL_PREFILL_DEQUANT=pass timeout 150 \
+     compute-sanitizer --tool memcheck --error-exitcode 9
 # dequant mode's many-row matmul (gemv_dq_kernel): cp.async stages read by wgmma, sums read across a cluster
-step "compute-sanitizer memcheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
-     compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
-step "compute-sanitizer racecheck: cuda ops, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
-     compute-sanitizer --tool racecheck --error-exitcode 9 "$build/cuda_test_cuda_ops"
+step "compute-sanitizer memcheck: cuda ops, dequant decode mode" ops env QUILL_DECODE_PRECISION=dequant timeout 150 \
+     compute-sanitizer --tool memcheck --error-exitcode 9
+step "compute-sanitizer racecheck: cuda ops, dequant decode mode" ops env QUILL_DECODE_PRECISION=dequant timeout 150 \
+     compute-sanitizer --tool racecheck --error-exitcode 9
 # the producers' rows: the GLU pair's cluster finish, the gated delta rule's clusters trading quad sums
 step "compute-sanitizer memcheck: split rows, dequant decode mode" env QUILL_DECODE_PRECISION=dequant timeout 150 \
      compute-sanitizer --tool memcheck --error-exitcode 9 "$build/cuda_test_cuda_rows"
