@@ -136,6 +136,7 @@ def main():
           "| tail us | to E us | TB/s over staged -> E |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     tot = defaultdict(float)
+    kinds = defaultdict(lambda: defaultdict(float))  # the same by weight shape: each kind's launches summed over a step
     for i in range(n_launch):
         d = rows[i]
         m = {c: float(np.mean(d[c])) / 1000.0 for c in cols + ['lead']}
@@ -143,6 +144,11 @@ def main():
         for c in cols:
             tot[c] += m[c]
         tot['bytes'] += float(np.mean(d['bytes']))
+        k = kinds[d['shape']]
+        k['n'] += 1
+        for c in cols:
+            k[c] += m[c]
+        k['bytes'] += float(np.mean(d['bytes']))
         print(f"| {i} | {d['shape']} | {int(np.mean(d['blocks']))} | {m['lead']:.2f} | {m['gap']:.2f} | {m['stage']:.2f} "
               f"| {m['loop']:.2f} | {m['finish']:.2f} | {m['tail']:.2f} | {allc:.2f} | {np.mean(d['tbs']):.2f} |")
     all_us = sum(tot[c] for c in cols)
@@ -153,15 +159,6 @@ def main():
         print(f"| {c} | {tot[c]:.1f} | {100 * tot[c] / all_us:.1f} % |")
     print(f"| all | {all_us:.1f} | weights {tot['bytes'] / 1e9:.3f} GB: {tot['bytes'] / all_us / 1e6:.2f} TB/s |")
 
-    # the same by weight shape: the launches of each kind summed over a step
-    kinds = defaultdict(lambda: defaultdict(float))
-    for i in range(n_launch):
-        d = rows[i]
-        k = kinds[d['shape']]
-        k['n'] += 1
-        for c in cols + ['lead']:
-            k[c] += float(np.mean(d[c])) / 1000.0
-        k['bytes'] += float(np.mean(d['bytes']))
     print()
     print("| weight | launches | gap us | stage us | loop us | finish us | tail us | a launch: to E us | "
           "TB/s over to E |")
