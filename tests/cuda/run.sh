@@ -33,6 +33,8 @@ step() { # name, command...
 # the matmuls' binary, then the other ops': command... (env, timeout, a sanitizer) with each appended
 ops() { "$@" "$build/cuda_test_cuda_matmul" && "$@" "$build/cuda_test_cuda_ops"; }
 step "cuda matmuls and ops vs cpu, batch invariance" ops
+step "  the matmuls with the ticket finish only (QUILL_CUDA_GT_CLUSTER=0)" env QUILL_CUDA_GT_CLUSTER=0 \
+     "$build/cuda_test_cuda_matmul"
 step "cuda attention/GDN vs cpu, batch and chunk invariance" "$build/cuda_test_cuda_seq_ops"
 step "  the same with SIMT decode attention (QUILL_CUDA_ATT_TC=0)" env QUILL_CUDA_ATT_TC=0 "$build/cuda_test_cuda_seq_ops"
 step "  the same in bf16 prefill mode (QUILL_PREFILL_PRECISION=bf16)" env QUILL_PREFILL_PRECISION=bf16 \

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include "cuda_mma.cuh"
 #include "cuda_wgmma.cuh" /* the mbarrier and bulk copy primitives (gt_block's copies of x) */
@@ -356,6 +357,8 @@ struct gt_job {
     int loop;        /* gemv_tc_kernel LOOP (one weight, one row chunk, no ss): block b takes the output blocks
                       * b % loop, b % loop + loop, ... of slice b / loop */
     int xtma;        /* gt_block's XT: each block's rows of x (and the norm's sums or the gates) come by bulk copies */
+    int cl;          /* a one-tile staging launch in clusters of cl blocks (0: none; gt_cluster): the blocks in (weight,
+                      * output block, row chunk, slice) order, and a weight of S = cl finishes in its cluster */
 };
 
 template <int NT> __device__ __forceinline__ void gt_zero(float (&acc)[NT][4]) {
@@ -471,7 +474,8 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
     trace.start();
     const int G = LOOP ? job.loop : 0, n_ob = (int)((job.W[0].n_out + GT_OUT - 1) / GT_OUT);
     unsigned vb = LOOP ? (bid / G) * n_ob + bid % G : bid;
-    gt_place<Q> P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb);
+    const bool cl = !LOOP && !PRE && Q != 0 && job.cl > 1; /* uniform */
+    gt_place<Q> P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb, cl);
     const int nt = min(NT, (n - P.row0 + 3) / 4), us = P.us;
 
     uint32_t w[D][2][C::WPU];
@@ -542,7 +546,8 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         trace.mark(2);
         if constexpr (!LOOP) {
             gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, P.row0, nt, P.ob, P.o0, P.wact,
-                                            lane, P.bx, &last, job.ss, after ? sc : nullptr);
+                                            lane, P.bx, &last, job.ss, after ? sc : nullptr, nullptr, nullptr,
+                                            cl && P.S == job.cl);
             trace.mark(3);
             trace.write(job.W[0].w, P.W.n_out, P.W.n_in, P.S);
             done(P, P.S > 1 ? last : 1);

@@ -350,6 +350,51 @@ template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, c
     default: return gdq_launch_role<Q, NT, GDQ_PLAIN>(blocks, st, n, job);
     }
 }
+/* The one-tile 4-bit launches' cluster finish (gt_finish's cl). QUILL_CUDA_GT_CLUSTER: 0 off (the ticket finish
+ * everywhere: an A/B in one build, the same bits), 1 (the default) where the launch's variant places its clusters in
+ * one wave, 2 also where only the lean variant does (on the 9B, out_proj, o_proj and down in clusters of 8 on the lean
+ * variant: each launch slower, the loop by ~1 us and the finish, which waits for the slowest of 8, by ~1 us;
+ * docs/performance.md, fifty-eighth pass). Read once. */
+static inline int gt_cluster_level(void) {
+    static int level = -1;
+    return cu_env_int("QUILL_CUDA_GT_CLUSTER", &level, 1, 0, 2);
+}
+/* How many blocks of kernel k with smem bytes fit the device at once in clusters of c; asked once for each (kernel, c,
+ * smem) and kept (0 on an error: no clusters). */
+static inline int64_t gt_cluster_blocks(kernel_fn k, int c, size_t smem) {
+    struct entry {
+        kernel_fn k;
+        int c;
+        size_t smem;
+        int64_t blocks;
+    };
+    static entry seen[64];
+    static int n_seen = 0;
+    static std::mutex mu;
+    std::lock_guard<std::mutex> lock(mu);
+    for (int i = 0; i < n_seen; i++)
+        if (seen[i].k == k && seen[i].c == c && seen[i].smem == smem) return seen[i].blocks;
+    cudaLaunchAttribute at[2];
+    const cudaLaunchConfig_t cfg = cu_launch_config(at, false, c, dim3(64 * c), dim3(GT_THREADS), smem, 0);
+    int fit = 0;
+    if (cudaOccupancyMaxActiveClusters(&fit, k, &cfg) != cudaSuccess) fit = 0, (void)cudaGetLastError();
+    const int64_t blocks = (int64_t)fit * c;
+    if (n_seen < 64) seen[n_seen++] = entry{k, c, smem, blocks};
+    return blocks;
+}
+/* A one-tile job's cluster size: its smallest S, where every S is a multiple of it (so each weight's blocks come in
+ * whole clusters) and it is a portable size of at least 2; else 0. The weights of S = cl finish in their clusters,
+ * the others by tickets. */
+static inline int gt_cluster(const gt_job &job, int n) {
+    if (n > 4 || job.loop || job.xs || gt_cluster_level() == 0) return 0;
+    int c = GT_MAX_SPLIT;
+    for (int i = 0; i < job.count; i++) c = std::min(c, job.S[i]);
+    if (c < 2 || c > GDQ_MAX_CLUSTER || (c & (c - 1)) != 0) return 0;
+    for (int i = 0; i < job.count; i++)
+        if (job.S[i] % c != 0) return 0;
+    return c;
+}
+
 template <int Q, bool DQ = false>
 static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t smem, cudaStream_t st, const float *x,
                                       int n, const gt_job &job, bool fresh = false) {
@@ -375,9 +420,20 @@ static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t sm
         if (job.loop)
             return cu_launch(gemv_tc_kernel<Q, 1, false, GT_MIN_BLOCKS, GT_IN_X, true, DQ>, blocks, GT_THREADS, smem, st,
                              x, n, job);
-    if (!job.xs) /* more than a wave at the budget's blocks per SM: the lean variant */
-        k = gt_use_lean(blocks) ? gt_staging_kernel<Q, GT_LEAN_BLOCKS, DQ>(gt_in_kind(job.in))
-                : gt_staging_kernel<Q, GT_MIN_BLOCKS, DQ>(gt_in_kind(job.in));
+    if (!job.xs) { /* more than a wave at the budget's blocks per SM: the lean variant */
+        const kernel_fn lean = gt_staging_kernel<Q, GT_LEAN_BLOCKS, DQ>(gt_in_kind(job.in));
+        k = gt_use_lean(blocks) ? lean : gt_staging_kernel<Q, GT_MIN_BLOCKS, DQ>(gt_in_kind(job.in));
+        /* the cluster finish where the launch's clusters fit one wave, on the lean variant if only it places them */
+        if (const int c = Q != 0 ? gt_cluster(job, n) : 0) {
+            const size_t sm = std::max(smem, GT_CL_SMEM(4));
+            const bool fit = gt_cluster_blocks(k, c, sm) >= blocks;
+            if (fit || (k != lean && gt_cluster_level() >= 2 && gt_cluster_blocks(lean, c, sm) >= blocks)) {
+                gt_job jc = job;
+                jc.cl = c;
+                return cu_launch_ex(cu_pdl_on() && !fresh, c, fit ? k : lean, blocks, GT_THREADS, sm, st, x, n, jc);
+            }
+        }
+    }
     return cu_launch_pdl(cu_pdl_on() && !fresh, k, blocks, GT_THREADS, smem, st, x, n, job);
 }
 
