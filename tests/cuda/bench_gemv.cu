@@ -151,7 +151,7 @@ int main(void) {
     if (bf16x == GT_DQ && wg_available()) { /* how many of gemv_dq_kernel's clusters fit the GPU at once */
         printf("# gemv_dq_kernel<64, 8> clusters that fit at once (blocks):");
         for (int c = 2; c <= GDQ_MAX_CLUSTER; c *= 2) {
-            const int k = gdq_clusters_fit(c);
+            const int k = (int)(gemv_cluster_blocks(gemv_dq_kernel<64, 8, true, GDQ_PLAIN>, c, gdq_cfg<8>::SMEM) / c);
             printf(" %d of %d (%d)", k, c, k * c);
         }
         printf("\n");

@@ -45,7 +45,6 @@
 #include <string.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "cuda_mma.cuh"
 #include "cuda_wgmma.cuh" /* the mbarrier and bulk copy primitives (gt_block's copies of x) */

@@ -289,48 +289,7 @@ static inline cudaError_t gw_launch(unsigned blocks, cudaStream_t st, int n, con
 /* Dequant mode, many rows (tiles of 8): on wgmma where the build's code for the device has it (x then split in its
  * order), else the wide kernel's DQ form (the same bits). */
 static inline bool gdq_wgmma(int n, int bf16x) { return n > GW_MIN_ROWS && bf16x == GT_DQ && wg_available(); }
-/* How many clusters of c blocks of gemv_dq_kernel (its instance with the most shared memory) fit the device at once;
- * 0 on an error. */
-static inline int gdq_clusters_fit(int c) {
-    cudaLaunchAttribute at[2];
-    const cudaLaunchConfig_t cfg = cu_launch_config(at, false, c, dim3(64 * c), dim3(GT_THREADS), gdq_cfg<8>::SMEM, 0);
-    int k = 0;
-    return cudaOccupancyMaxActiveClusters(&k, gemv_dq_kernel<64, 8, true, GDQ_PLAIN>, &cfg) == cudaSuccess ? k : 0;
-}
-/* Blocks that fit at once in clusters of GDQ_MAX_CLUSTER (0: the device cannot place one), asked once. */
-static inline int gdq_fit_blocks(void) {
-    static int blocks = -1; /* racing first callers compute the same value */
-    if (blocks < 0) blocks = GDQ_MAX_CLUSTER * gdq_clusters_fit(GDQ_MAX_CLUSTER);
-    return blocks;
-}
-/* The cluster finish unless QUILL_CUDA_GDQ_CLUSTER=0 or the device cannot place a cluster of GDQ_MAX_CLUSTER. */
-static inline int gdq_cluster_on(void) {
-    static int env = -1;
-    return cu_env_on("QUILL_CUDA_GDQ_CLUSTER", &env) && gdq_fit_blocks() > 0;
-}
-/* The cluster size of a job's gemv_dq_kernel launch of nt tiles (its finish in the cluster, gdq_finish_cluster): the
- * largest S, when every weight's blocks come in whole clusters, it is portable, and each block of a cluster sums
- * 8 rows or more (c <= nt) or the cluster is small enough that the device places about as many blocks in such
- * clusters as alone (c <= GDQ_WAVE_CLUSTER); else 0 (gt_finish's tickets). bench_gemv, pipelined us, tickets /
- * cluster: 64 rows 4096x4096 28.4 / 19.7-21.6, 12288x4096 42.3 / 32.5, the head 536 / 360; 16 rows 4096x4096
- * (c = 8) 13.2 / 17.0, 4096x12288 (c = 8) 22.9 / 26.6, the head (c = 2) 296 / 260; 16 rows, dequant mode's
- * slices of 16 units: 4096x4096 (c = 4) 13.4 / 12.8, 12288x4096 (c = 4) 24.2 / 23.6. A cluster of 8 blocks is
- * placed as a whole (30 fit, 240 blocks, where 264 fit alone; 62 of 4: 248), and at 16 rows the last block's sum
- * of the partials is short. Clusters of 6 (gemv_tc_split's 6 slices: the 9B's down projection, 32 clusters) beat
- * the tickets at 16 and 32 rows too (64 rows: 4096x12288 30.9 us against 35.8 with 8 slices; 16 / 32 / 64 streams
- * +0.3 / +3 / +4 % against 8 slices, where the tickets with 6 lost 3.5 % at 16 and 32 streams; session 34). */
-#define GDQ_WAVE_CLUSTER 4
-/* The rule above for clusters of c blocks on nt tiles (gdq_cluster; gemv_tc_glu_rows_ok). */
-static inline bool gdq_cluster_fits(int c, int nt) {
-    return c >= 2 && c <= GDQ_MAX_CLUSTER && (c <= nt || c <= GDQ_WAVE_CLUSTER || c == 6) && gdq_cluster_on();
-}
-static inline int gdq_cluster(const gt_job &job, int nt) {
-    int c = 1;
-    for (int i = 0; i < job.count; i++) c = std::max(c, job.S[i]);
-    for (int i = 0; i < job.count; i++) /* a one-slice weight's sums go straight to y in gt_finish (no partials) */
-        if (job.S[i] < 2 || c % job.S[i] != 0 || (job.start[i + 1] - job.start[i]) % c != 0) return 0;
-    return gdq_cluster_fits(c, nt) ? c : 0;
-}
+#include "cuda_gemv_clusters.cuh"
 template <int Q, int NT, int ROLE>
 static inline cudaError_t gdq_launch_role(unsigned blocks, cudaStream_t st, int n, const gt_job &job) {
     if (const int c = gdq_cluster(job, NT))
@@ -350,51 +309,6 @@ template <int Q, int NT> static inline cudaError_t gdq_launch(unsigned blocks, c
     default: return gdq_launch_role<Q, NT, GDQ_PLAIN>(blocks, st, n, job);
     }
 }
-/* The one-tile 4-bit launches' cluster finish (gt_finish's cl). QUILL_CUDA_GT_CLUSTER: 0 off (the ticket finish
- * everywhere: an A/B in one build, the same bits), 1 (the default) where the launch's variant places its clusters in
- * one wave, 2 also where only the lean variant does (on the 9B, out_proj, o_proj and down in clusters of 8 on the lean
- * variant: each launch slower, the loop by ~1 us and the finish, which waits for the slowest of 8, by ~1 us;
- * docs/performance.md, fifty-eighth pass). Read once. */
-static inline int gt_cluster_level(void) {
-    static int level = -1;
-    return cu_env_int("QUILL_CUDA_GT_CLUSTER", &level, 1, 0, 2);
-}
-/* How many blocks of kernel k with smem bytes fit the device at once in clusters of c; asked once for each (kernel, c,
- * smem) and kept (0 on an error: no clusters). */
-static inline int64_t gt_cluster_blocks(kernel_fn k, int c, size_t smem) {
-    struct entry {
-        kernel_fn k;
-        int c;
-        size_t smem;
-        int64_t blocks;
-    };
-    static entry seen[64];
-    static int n_seen = 0;
-    static std::mutex mu;
-    std::lock_guard<std::mutex> lock(mu);
-    for (int i = 0; i < n_seen; i++)
-        if (seen[i].k == k && seen[i].c == c && seen[i].smem == smem) return seen[i].blocks;
-    cudaLaunchAttribute at[2];
-    const cudaLaunchConfig_t cfg = cu_launch_config(at, false, c, dim3(64 * c), dim3(GT_THREADS), smem, 0);
-    int fit = 0;
-    if (cudaOccupancyMaxActiveClusters(&fit, k, &cfg) != cudaSuccess) fit = 0, (void)cudaGetLastError();
-    const int64_t blocks = (int64_t)fit * c;
-    if (n_seen < 64) seen[n_seen++] = entry{k, c, smem, blocks};
-    return blocks;
-}
-/* A one-tile job's cluster size: its smallest S, where every S is a multiple of it (so each weight's blocks come in
- * whole clusters) and it is a portable size of at least 2; else 0. The weights of S = cl finish in their clusters,
- * the others by tickets. */
-static inline int gt_cluster(const gt_job &job, int n) {
-    if (n > 4 || job.loop || job.xs || gt_cluster_level() == 0) return 0;
-    int c = GT_MAX_SPLIT;
-    for (int i = 0; i < job.count; i++) c = std::min(c, job.S[i]);
-    if (c < 2 || c > GDQ_MAX_CLUSTER || (c & (c - 1)) != 0) return 0;
-    for (int i = 0; i < job.count; i++)
-        if (job.S[i] % c != 0) return 0;
-    return c;
-}
-
 template <int Q, bool DQ = false>
 static inline cudaError_t gt_launch_q(int nt, int rt, unsigned blocks, size_t smem, cudaStream_t st, const float *x,
                                       int n, const gt_job &job, bool fresh = false) {
