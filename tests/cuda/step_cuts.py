@@ -34,6 +34,7 @@ import sys
 
 GEMV = 'src/backend/cuda/cuda_gemv.cuh'
 COMMON = 'src/backend/cuda/cuda_common.cuh'
+CFG = 'src/backend/cuda/cuda_gemv_cfg.cuh'
 
 FREE_UNIT = '''    if constexpr (Q != 0 && !DQ) { /* step_cuts free_unit */
 #pragma unroll
@@ -94,7 +95,9 @@ def apply(tree, cut, files):
         anchor = '    typedef gt_cfg<Q> C;\n    uint32_t a[2][2 * C::KSU];\n'
         files[GEMV] = replace_once(g, anchor, anchor + FREE_UNIT, cut)
     elif name == 'no_stage':
-        for call in ('gt_stage<Q, IN>(x, job.in,', 'gt_copy_x<Q, IN>(', 'gt_stage<Q, IN, 4, false, true>('):
+        for call in ('if (h2) gt_stage<Q, IN, 4, false, false, SH2>(x, job.in,',
+                     'if (!h2) gt_stage<Q, IN, 4, false, false, SH>(', 'gt_copy_x<Q, IN>(',
+                     'gt_stage<Q, IN, 4, false, true, SH>('):
             g = replace_once(g, '            ' + call, '            if (0) ' + call, cut)
         files[GEMV] = g
     elif name == 'no_finish':
@@ -109,7 +112,8 @@ def apply(tree, cut, files):
         c = files.setdefault(COMMON, open(os.path.join(tree, COMMON)).read())
         files[COMMON] = replace_once(c, '    asm volatile("griddepcontrol.wait;\\n" ::: "memory");\n', '', cut)
     elif name == 'ring' and arg.isdigit():
-        g = replace_once(g, '#define GT_DEPTH_Q4 8 ', f'#define GT_DEPTH_Q4 {arg} ', cut)
+        c = files.setdefault(CFG, open(os.path.join(tree, CFG)).read())
+        files[CFG] = replace_once(c, '#define GT_DEPTH_Q4 8 ', f'#define GT_DEPTH_Q4 {arg} ', cut)
         files[GEMV] = replace_once(g, 'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? 4 : C::DEPTH;',
                                    f'constexpr int D = Q && MINB >= GT_LEAN_BLOCKS ? {arg} : C::DEPTH;', cut)
     elif name == 'pre' and arg.isdigit():

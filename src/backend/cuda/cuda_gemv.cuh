@@ -46,11 +46,10 @@
 
 #include <algorithm>
 
+#include "cuda_gemv_cfg.cuh"
 #include "cuda_mma.cuh"
 #include "cuda_wgmma.cuh" /* the mbarrier and bulk copy primitives (gt_block's copies of x) */
 
-#define GT_WARPS 8
-#define GT_THREADS (GT_WARPS * 32)
 #define GT_OUT (GT_WARPS * 16) /* outputs per block */
 #define GT_RC (4 * GT_MAX_TILES) /* most rows per block */
 #define GT_MAX_SPLIT 16
@@ -74,31 +73,12 @@
 #ifndef GT_FIT_TILES_Q4
 #define GT_FIT_TILES_Q4 2
 #endif
-#ifndef GT_DEPTH_Q4
-#define GT_DEPTH_Q4 8 /* 4-bit units in flight per warp: 128 bytes per lane */
-#endif
-#ifndef GT_DEPTH_BF16
-#define GT_DEPTH_BF16 4 /* bf16 units in flight per warp: 128 bytes per lane */
-#endif
 /* Row tiles (of 4 rows) per block at most: 1 or 2 (4 for tune_gemv, with GW_MIN_ROWS 16: 16 rows staged
  * whole, session 13, mixed: 12288x4096 39.0 -> 37.3 us, the other shapes slower). Launches of more rows than
  * these take gemv_wide_kernel (cuda_gemv_wide.cuh), which fits more tiles to a block. */
 #ifndef GT_MAX_TILES
 #define GT_MAX_TILES 2
 #endif
-
-/* Q = 0: bf16 (a unit is 32 values, 2 k-steps; a lane loads 16 bytes per row per unit).
- * Q = 64 or 128: 4-bit affine with that group (a unit is 64 codes, 4 k-steps; 8 bytes per lane). */
-template <int Q> struct gt_cfg {
-    static constexpr int UK = Q ? 64 : 32;          /* K values per unit */
-    static constexpr int KSU = Q ? 4 : 2;           /* MMA k-steps per unit */
-    static constexpr int EPT = Q ? 16 : 8;          /* K values per lane per unit */
-    static constexpr int WPU = Q ? 2 : 4;           /* 32-bit weight words per lane per row per unit */
-    static constexpr int UB = Q ? 512 : 64;         /* bytes from a lane's unit to its next: 4-bit tiled, a warp's
-                                                       unit 512 contiguous bytes (cuda_q4_tiled.cuh); bf16 a row's 64 */
-    static constexpr int DEPTH = Q ? GT_DEPTH_Q4 : GT_DEPTH_BF16; /* units in flight per warp */
-    static constexpr int SXU = KSU / 2 * 32;        /* uint4 of staged B fragments per tile per unit */
-};
 
 /* c += a b (cuda_mma.cuh's cu_mma_bf16) with the A fragment as four registers, as the units hold it. */
 __device__ __forceinline__ void gt_mma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -509,6 +489,7 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
     __shared__ float sc[4 * NT]; /* gt_norm_after (DQ): the rows' scales */
     constexpr bool MAY_SCALE = DQ && Q != 0 && !LOOP && (PRE || IN == GT_IN_NORM);
     const bool after = MAY_SCALE && gt_norm_after<Q>(job.in);
+    constexpr int SH = Q ? GT_STAGE_H : 1, SH2 = SH == 4 ? 2 : SH; /* lanes a staging item (gt_stage) */
     if constexpr (PRE) {
         gt_copy<Q>(job.xs, job.Xs, P.U, P.row0, nt, P.ub, us, sx, sX);
         if (after) gt_row_scales(job.in, n, P.W.n_in, P.row0, 4 * NT, sc);
@@ -516,11 +497,15 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         if (xt) { /* the copies after the X sums (4-bit) or the fragments (bf16) */
             float *xr = sX + (Q ? nt * us * 4 : 0);
             gt_copy_x<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, xr, &xbar);
-            gt_stage<Q, IN, 4, false, true>(xr, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x,
-                                            GT_THREADS, MAY_SCALE ? sc : nullptr);
+            gt_stage<Q, IN, 4, false, true, SH>(xr, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x,
+                                                GT_THREADS, MAY_SCALE ? sc : nullptr);
         } else {
-            gt_stage<Q, IN>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX, threadIdx.x, GT_THREADS,
-                            MAY_SCALE ? sc : nullptr);
+            /* SH 4: parts of 4 where the block's items then fit its threads once, else of 2 (uniform) */
+            const bool h2 = SH == 4 && min(n - P.row0, 4 * nt) * us * 16 > GT_THREADS;
+            if (h2) gt_stage<Q, IN, 4, false, false, SH2>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX,
+                                                          threadIdx.x, GT_THREADS, MAY_SCALE ? sc : nullptr);
+            if (!h2) gt_stage<Q, IN, 4, false, false, SH>(x, job.in, n, P.W.n_in, P.row0, nt, P.ub, us, sx, sX,
+                                                          threadIdx.x, GT_THREADS, MAY_SCALE ? sc : nullptr);
         }
     }
     __syncthreads();

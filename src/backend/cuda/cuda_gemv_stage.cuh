@@ -71,16 +71,17 @@ __device__ __forceinline__ void gt_row_scales(const gt_input &in, int n, int64_t
         if (i < 4 * rows && (i & 3) == 0) sc[j] = s;
     }
 }
-/* The gated norm's scale of the 128-value vector whose EPT values this lane holds (zeros where the item is not
+/* The gated norm's scale of the 128-value vector whose EPL values this lane holds (zeros where the item is not
  * live), by the items of the vector together: its 32 quads' squares (norm_ss4's fma chains) added in warp_sum's
  * xor tree over quads, as norm_warp_kernel adds them for a vector of 128. A vector's items are consecutive
- * lanes (the plan checks that slices start and end on vectors), so quad q ^ o is lane ^ (o / quads per item)
- * or a quad of this lane. */
-template <int EPT> __device__ __forceinline__ float gt_gnorm_scale(const float (&v)[EPT], float eps) {
-    constexpr int QPI = EPT / 4; /* quads per item */
-    float q[QPI];
+ * lanes (the plan checks that slices start and end on vectors), so quad q ^ o is a quad of this lane or of lane ^ m:
+ * an item's quads lie in its H lanes (lane bits 2 and 3 tell its parts apart where H > 1, gt_stage), its lanes t are
+ * lane bits 0 and 1, and the vector's next unit is 4 H lanes on. The tree's pairs, so its bits, do not depend on H. */
+template <int EPL, int H = 1> __device__ __forceinline__ float gt_gnorm_scale(const float (&v)[EPL], float eps) {
+    constexpr int QPL = EPL / 4, QPI = QPL * H; /* quads per lane, per item */
+    float q[QPL];
 #pragma unroll
-    for (int a = 0; a < QPI; a++) {
+    for (int a = 0; a < QPL; a++) {
         float s = 0.0f;
 #pragma unroll
         for (int e = 4 * a; e < 4 * a + 4; e++) s = fmaf(v[e], v[e], s);
@@ -88,15 +89,16 @@ template <int EPT> __device__ __forceinline__ float gt_gnorm_scale(const float (
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
-        if (o >= QPI) {
+        if (o >= QPL) { /* another lane's: another part of the item, or item ^ d (its t bits, then its unit's) */
+            const int d = o / QPI, m = o < QPI ? 4 * (o / QPL) : d < 4 ? d : d * H;
 #pragma unroll
-            for (int a = 0; a < QPI; a++) q[a] += __shfl_xor_sync(0xffffffffu, q[a], o / QPI);
+            for (int a = 0; a < QPL; a++) q[a] += __shfl_xor_sync(0xffffffffu, q[a], m);
         } else {
-            float n[QPI];
+            float n[QPL];
 #pragma unroll
-            for (int a = 0; a < QPI; a++) n[a] = q[a] + q[a ^ o];
+            for (int a = 0; a < QPL; a++) n[a] = q[a] + q[a ^ o];
 #pragma unroll
-            for (int a = 0; a < QPI; a++) q[a] = n[a];
+            for (int a = 0; a < QPL; a++) q[a] = n[a];
         }
     }
     return rsqrtf(q[0] / (float)GT_GNORM_DIM + eps);
@@ -109,14 +111,26 @@ template <int EPT> __device__ __forceinline__ float gt_gnorm_scale(const float (
  * With in.bf16, x is its hi part (lo = 0). RT = 8 (the many-row kernel with bf16 x): column g is row
  * row0 + 8T + g, hi only, and sX[(T*us + u)*8 + g]; the same values and sums as RT = 4 with in.bf16.
  * Item i = (T, row r of the tile, u, t), t fastest: one item loads its 16 (4-bit) or 8 (bf16) values of
- * x once and writes both the hi and the lo column, and the items of rows past n (3 of 4 at one row) are
- * whole warps that only write zeros. The caller's threads take items i0, i0 + stride, ... (whole
- * warps: i0 % 32 = lane, stride % 32 = 0). */
+ * x once and writes both the hi and the lo column. The caller's threads take items i0, i0 + stride, ...
+ * (whole warps: i0 % 32 = lane, stride % 32 = 0).
+ * H = 1: the items of rows past n (3 of 4 at one row) are whole warps that only write zeros (the split rows, which
+ * every block copies). H = 2 or 4 (the one-row kernels, 4-bit): there are no such items, and an item's values are
+ * split over H lanes, lane bits 2 (and 3) telling its parts hp apart: part hp loads values 16 hp / H .. of the 16.
+ * With H = 2 part hp writes fragment jp = hp of both columns; with H = 4 parts 2 jp and 2 jp + 1 swap values and
+ * write fragment jp's hi and lo column. At one row that puts the work of 1-4 warps a block on 2-8. The columns of
+ * rows past n are then whatever the shared memory held: an MMA's columns do not mix, and nothing reads those rows'
+ * sums (gt_finish writes rows < n only). Every value and sum is H = 1's: the X sum's chain runs through the parts
+ * in order. */
 /* x's hi part (part 0, h[e] = bf16(x)) or lo part (part 1, bf16(x - hi)) as f32 */
 template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], const float (&h)[N], int e, int part) {
     return part ? __bfloat162float(__float2bfloat16_rn(v[e] - h[e])) : h[e];
 }
 #define GT_STAGE_ITEMS(rt) ((rt) * 4) /* items per (tile, unit): rt rows x 4 lanes t */
+#ifndef GT_STAGE_H
+/* the one-row 4-bit kernels' lanes an item (gt_block): 2 splits every item in two; 4 in four where a block's items then
+ * fit its threads once, else in two. Neither is timed yet. */
+#define GT_STAGE_H 1
+#endif
 /* The lane's first value of k-step j's b0 (its pairs: e0 and e0 + 4 for 4-bit, e0 and e0 + 1 bf16; b1 the next
  * ones): the K order the weight side's loads give each MMA. */
 template <int Q> __device__ __forceinline__ int gt_kstep_e0(int j) { return Q ? (j & 1) * 2 + (j >> 1) * 8 : 4 * j; }
@@ -129,21 +143,25 @@ template <int Q> __device__ __forceinline__ int64_t gt_xsm_second(int n, int row
 /* sc (NORM, gt_norm_after): where the rows' scales go ([r - row0], from the items of unit 0), computed as the other
  * items' loads go out; NULL where nothing reads them (the split rows). XSM: x is the block's copies in shared memory
  * (gt_xsm_second's layout), not the rows in global memory. */
-template <int Q, int IN, int RT = 4, bool WGO = false, bool XSM = false>
+template <int Q, int IN, int RT = 4, bool WGO = false, bool XSM = false, int H = 1>
 __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_input &in, int n, int64_t K, int row0,
                                          int nt, int64_t u0, int us, uint4 *sx, float *sX, int i0, int stride,
                                          float *sc = nullptr) {
     typedef gt_cfg<Q> C;
     static_assert(!XSM || RT == 4, "the copies are of the one-row kernels' tiles of 4 rows");
-    const int items = nt * us * GT_STAGE_ITEMS(RT); /* < 2^31: checked where the split rows are launched */
+    static_assert(H == 1 || ((H == 2 || H == 4) && Q != 0 && RT == 4 && !WGO), "split items: one-row 4-bit kernels");
+    constexpr int EPL = C::EPT / H, JPL = H <= 2 ? C::KSU / 2 / H : 1; /* a lane's values; its fragments (H <= 2) */
+    /* < 2^31: checked where the split rows are launched; H > 1: the rows < n only */
+    const int items = H == 1 ? nt * us * GT_STAGE_ITEMS(RT) : min(n - row0, nt * RT) * us * 4 * H;
     const int lane = i0 & 31;
     for (int i = i0; i - lane < items; i += stride) { /* warp-uniform: the shuffles below need the whole warp */
-        const int t = i & 3, ru = i >> 2, u = ru % us, Tr = ru / us, T = Tr / RT, rr = Tr % RT;
+        const int t = i & 3, hp = (i >> 2) & (H - 1), ru = (i >> 2) / H, u = ru % us, Tr = ru / us, T = Tr / RT,
+                  rr = Tr % RT;
         const int r = row0 + RT * T + rr;
-        const bool live = i < items && r < n; /* uniform over the 4 lanes of (T, r, u) */
-        float v[C::EPT], h[C::EPT]; /* x and its hi part; lo = bf16(v - h) where it is used */
+        const bool live = i < items && r < n; /* uniform over the 4 H lanes of (T, r, u) */
+        float v[EPL], h[EPL]; /* x and its hi part; lo = bf16(v - h) where it is used */
         float scale = 0.0f;
-        const int64_t k = (u0 + u) * C::UK + t * C::EPT;
+        const int64_t k = (u0 + u) * C::UK + t * C::EPT + hp * EPL;
         /* 4-bit: x first, then the norm's scale, whose loads and shuffles overlap x's (x loaded after the scale's
          * shuffles waited for them: 4 streams +2.4 %, session 14); bf16 after it (with the gates and weights also
          * first the bf16 lean kernels spilled: one stream -2.5 %); GNORM's scale needs x first. The gates and norm
@@ -151,12 +169,12 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
         constexpr bool X_FIRST = Q != 0 || IN == GT_IN_GNORM;
         const auto load_x = [&]() {
 #pragma unroll
-            for (int e = 0; e < C::EPT; e++) v[e] = 0.0f;
+            for (int e = 0; e < EPL; e++) v[e] = 0.0f;
             if (!live) return;
             const float4 *p = XSM ? (const float4 *)(x + (int64_t)(r - row0) * us * C::UK + (k - u0 * C::UK))
                                   : (const float4 *)(x + (int64_t)r * K + k);
 #pragma unroll
-            for (int q = 0; q < C::EPT / 4; q++) {
+            for (int q = 0; q < EPL / 4; q++) {
                 const float4 f = XSM ? p[q] : gt_ldx(p + q);
                 v[4 * q] = f.x, v[4 * q + 1] = f.y, v[4 * q + 2] = f.z, v[4 * q + 3] = f.w;
             }
@@ -166,11 +184,11 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             const bool after = gt_norm_after<Q>(in); /* uniform; x * 1 * w = x * w, the scale after the product */
             const float *ss_rows = XSM ? x + gt_xsm_second<Q>(n, row0, nt, us) : nullptr;
             if (!after || sc) scale = gt_norm_scale(in, live ? r : -1, t, K, ss_rows, row0);
-            if (after && sc && live && u == 0 && t == 0) sc[r - row0] = scale;
+            if (after && sc && live && u == 0 && t == 0 && hp == 0) sc[r - row0] = scale;
             if (after) scale = 1.0f;
         }
         if constexpr (!X_FIRST) load_x();
-        if constexpr (IN == GT_IN_GNORM) scale = gt_gnorm_scale<C::EPT>(v, in.glu.norm_eps);
+        if constexpr (IN == GT_IN_GNORM) scale = gt_gnorm_scale<EPL, H>(v, in.glu.norm_eps);
         if (live) {
             if constexpr (IN == GT_IN_GLU || IN == GT_IN_GNORM) {
                 const qglu &glu = in.glu;
@@ -181,7 +199,7 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
                                        : (const float4 *)(glu.g + vec * glu.g_stride + kk % dim);
                 const float4 *wp = (const float4 *)(glu.norm_w + kk % dim); /* GNORM */
 #pragma unroll
-                for (int q = 0; q < C::EPT / 4; q++) {
+                for (int q = 0; q < EPL / 4; q++) {
                     const float4 f = XSM ? gp[q] : gt_ldx(gp + q);
                     if constexpr (IN == GT_IN_GNORM) { /* norm_scale4, then the gate, as norm_warp_kernel */
                         const float4 w = __ldg(wp + q);
@@ -197,14 +215,14 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
             if constexpr (IN == GT_IN_NORM) {
                 const float4 *wp = (const float4 *)(in.nw + k);
 #pragma unroll
-                for (int q = 0; q < C::EPT / 4; q++) {
+                for (int q = 0; q < EPL / 4; q++) {
                     const float4 f = __ldg(wp + q);
                     v[4 * q] = v[4 * q] * scale * f.x, v[4 * q + 1] = v[4 * q + 1] * scale * f.y;
                     v[4 * q + 2] = v[4 * q + 2] * scale * f.z, v[4 * q + 3] = v[4 * q + 3] * scale * f.w;
                 }
             }
 #pragma unroll
-            for (int e = 0; e < C::EPT; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
+            for (int e = 0; e < EPL; e++) h[e] = __bfloat162float(__float2bfloat16_rn(v[e]));
         }
         const bool hi_only = RT == 8 || in.bf16; /* x is its hi part: the lo columns are zeros */
         if (WGO && i < items) { /* wgmma's rows: words 8 j + t (b0 of k-step j) and 8 j + 4 + t (b1) of row rr */
@@ -216,18 +234,37 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
                 row[8 * j] = live ? cu_pack_bf16x2(h[e0], h[e0 + 4]) : 0u;
                 row[8 * j + 4] = live ? cu_pack_bf16x2(h[e0 + 1], h[e0 + 5]) : 0u;
             }
-        } else if (i < items) {
+        } else if (H == 4) { /* lanes hp and hp + 1 (hp even) hold values 0-3 and 4-7 of fragment hp / 2's pairs: each
+                              * sends the other the part it lacks, then the first writes the hi column, the second lo */
+            const int role = hp & 1;
+            float send[EPL], got[EPL];
+#pragma unroll
+            for (int e = 0; e < EPL; e++) send[e] = !live ? 0.0f : role ? h[e] : gt_part(v, h, e, 1);
+#pragma unroll
+            for (int e = 0; e < EPL; e++) got[e] = __shfl_xor_sync(0xffffffffu, send[e], 4);
+            if (live) {
+                uint32_t b[4]; /* words {b0, b1} of k-steps 2 jp and 2 jp + 1: pairs (c, c + 4), c = 0..3 */
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    b[c] = !role     ? cu_pack_bf16x2(h[c], got[c])
+                           : hi_only ? 0u
+                                     : cu_pack_bf16x2(got[c], gt_part(v, h, c, 1));
+                sx[((size_t)(T * us + u) * (C::KSU / 2) + (hp >> 1)) * 32 + (2 * rr + role) * 4 + t] =
+                    make_uint4(b[0], b[1], b[2], b[3]);
+            }
+        } else if (H == 1 ? i < items : live) {
             const int tu = T * us + u;
 #pragma unroll
             for (int part = 0; part < 8 / RT; part++) { /* hi (g = 2 rr), then lo (g = 2 rr + 1); RT 8: hi (g = rr) */
                 const int L = (RT == 8 ? rr : 2 * rr + part) * 4 + t;
 #pragma unroll
-                for (int jp = 0; jp < C::KSU / 2; jp++) {
+                for (int jl = 0; jl < JPL; jl++) {
+                    const int jp = hp * JPL + jl;
                     uint32_t b[4] = {0u, 0u, 0u, 0u};
                     if (live && !(part && hi_only)) {
 #pragma unroll
                         for (int q = 0; q < 2; q++) { /* k-step j's element pairs, paired as the weight side pairs them */
-                            const int j = 2 * jp + q;
+                            const int j = 2 * jl + q; /* the lane's own k-steps: its values' indices */
                             const int e0 = gt_kstep_e0<Q>(j);
                             const int d = Q ? 4 : 1, e1 = Q ? e0 + 1 : e0 + 2;
                             b[2 * q] = cu_pack_bf16x2(gt_part(v, h, e0, part), gt_part(v, h, e0 + d, part));
@@ -240,13 +277,30 @@ __device__ __forceinline__ void gt_stage(const float *__restrict__ x, const gt_i
         }
         if constexpr (Q != 0) {
             float sum = 0.0f;
-            if (live) {
+            if constexpr (H == 1) {
+                if (live) {
 #pragma unroll
-                for (int e = 0; e < C::EPT; e++) sum += h[e] + (hi_only ? 0.0f : gt_part(v, h, e, 1));
+                    for (int e = 0; e < EPL; e++) sum += h[e] + (hi_only ? 0.0f : gt_part(v, h, e, 1));
+                }
+            } else { /* the same chain, through the item's H lanes in turn: lane hp goes on from lane hp - 1's sum */
+                float a[EPL];
+#pragma unroll
+                for (int e = 0; e < EPL; e++) a[e] = live ? h[e] + (hi_only ? 0.0f : gt_part(v, h, e, 1)) : 0.0f;
+#pragma unroll
+                for (int e = 0; e < EPL; e++) sum += a[e];
+#pragma unroll
+                for (int q = 1; q < H; q++) {
+                    const float before = __shfl_up_sync(0xffffffffu, sum, 4);
+                    if (hp == q) {
+                        sum = before;
+#pragma unroll
+                        for (int e = 0; e < EPL; e++) sum += a[e];
+                    }
+                }
             }
             sum += __shfl_xor_sync(0xffffffffu, sum, 1);
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            if (i < items && t == 0) sX[(T * us + u) * RT + rr] = sum;
+            if (H == 1 ? i < items && t == 0 : live && t == 0 && hp == H - 1) sX[(T * us + u) * RT + rr] = sum;
         }
     }
 }
