@@ -183,12 +183,15 @@ template <int IN> static void check(const shape &s, std::mt19937 &rng) {
     in.bf16 = s.bf16;
     in.eps = 1e-6f;
     if (IN == GT_IN_GLU || IN == GT_IN_GNORM) {
-        const int dim = IN == GT_IN_GNORM ? GT_GNORM_DIM : 256;
-        const int64_t stride = IN == GT_IN_GLU ? 2 * dim : dim; /* the attention's [query | gate] rows, or x's shape */
+        /* gated: the attention's output gate (heads of 256, the gates in [query | gate] rows) or, with bf16 x, the
+         * MLP's swiglu (the gates in x's shape); the gated norm: vectors of 128 */
+        const bool sigmoid = IN == GT_IN_GLU && s.bf16 != 1;
+        const int dim = IN == GT_IN_GNORM ? GT_GNORM_DIM : sigmoid ? 256 : (int)K;
+        const int64_t stride = sigmoid ? 2 * dim : dim;
         g.resize((size_t)s.n * (K / dim) * stride);
         for (float &f : g) f = nd(rng);
-        in.glu.g = g.data() + (IN == GT_IN_GLU ? dim : 0), in.glu.g_stride = stride, in.glu.dim = dim;
-        in.glu.act = IN == GT_IN_GLU ? QGLU_SIGMOID : QGLU_SILU;
+        in.glu.g = g.data() + (sigmoid ? dim : 0), in.glu.g_stride = stride, in.glu.dim = dim;
+        in.glu.act = sigmoid ? QGLU_SIGMOID : QGLU_SILU;
         if (IN == GT_IN_GNORM) in.glu.norm_w = nw.data(), in.glu.norm_eps = 1e-6f;
     }
     if (IN == GT_IN_NORM) {
