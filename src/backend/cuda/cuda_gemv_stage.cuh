@@ -127,9 +127,10 @@ template <int N> __device__ __forceinline__ float gt_part(const float (&v)[N], c
 }
 #define GT_STAGE_ITEMS(rt) ((rt) * 4) /* items per (tile, unit): rt rows x 4 lanes t */
 #ifndef GT_STAGE_H
-/* the one-row 4-bit kernels' lanes an item (gt_block): 2 splits every item in two; 4 in four where a block's items then
- * fit its threads once, else in two. Neither is timed yet. */
-#define GT_STAGE_H 1
+/* the one-row 4-bit kernels' lanes an item (gt_block): 4 splits each item in four where a block's items then fit its
+ * threads once, else in two; 2 always in two; 1 as the split rows. One stream, 4-bit 9B, H100 (docs/performance.md,
+ * fifty-ninth pass): 1 405.5-409.1, 2 418.9-421.1, 4 421.1-423.4 tokens/s. */
+#define GT_STAGE_H 4
 #endif
 /* The lane's first value of k-step j's b0 (its pairs: e0 and e0 + 4 for 4-bit, e0 and e0 + 1 bf16; b1 the next
  * ones): the K order the weight side's loads give each MMA. */
