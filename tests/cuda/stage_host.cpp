@@ -171,7 +171,37 @@ static uint32_t expect_word(const shape &s, const float *x, int T, int u, int jp
     return cu_pack_bf16x2(p(e), p(e + 4));
 }
 
-static void compare(const shape &s, const float *x, const staged &a, const staged &b, bool layout, const char *hn);
+/* b (H = 2 or 4) against a (H = 1), and a against the layout where `layout` (plain x) */
+static void compare(const shape &s, const float *x, const staged &a, const staged &b, bool layout, const char *hn) {
+    char what[64];
+    for (int T = 0; T < s.nt; T++)
+        for (int u = 0; u < s.us; u++) {
+            for (int jp = 0; jp < C::KSU / 2; jp++)
+                for (int L = 0; L < 32; L++) {
+                    const size_t at = ((size_t)(T * s.us + u) * (C::KSU / 2) + jp) * 32 + L;
+                    const bool live = s.row0 + 4 * T + L / 8 < s.n;
+                    for (int c = 0; c < 4; c++) {
+                        const uint32_t wa = word(a.sx[at], c), wb = word(b.sx[at], c);
+                        if (layout && wa != expect_word(s, x, T, u, jp, L, c))
+                            fail(s, "H = 1 fragment against the layout", (int)at);
+                        snprintf(what, sizeof what, live ? "%s fragment" : "%s wrote a dead row", hn);
+                        if (live ? wb != wa : wb != SENTINEL) fail(s, what, (int)at);
+                    }
+                }
+            for (int rr = 0; rr < 4; rr++) {
+                const size_t at = (size_t)(T * s.us + u) * 4 + rr;
+                const bool live = s.row0 + 4 * T + rr < s.n;
+                if (!live && a.sX[at] != 0.0f) fail(s, "H = 1 X sum of a dead row", (int)at);
+                snprintf(what, sizeof what, live ? "%s X sum" : "%s X sum of a dead row", hn);
+                if (live ? bits(b.sX[at]) != bits(a.sX[at]) : bits(b.sX[at]) != SENTINEL) fail(s, what, (int)at);
+            }
+        }
+    for (int r = 0; r < 8; r++)
+        if (bits(a.sc[r]) != bits(b.sc[r])) {
+            snprintf(what, sizeof what, "%s row scale", hn);
+            fail(s, what, r);
+        }
+}
 
 template <int IN> static void check(const shape &s, std::mt19937 &rng) {
     const int64_t K = (int64_t)s.U * C::UK;
@@ -203,38 +233,6 @@ template <int IN> static void check(const shape &s, std::mt19937 &rng) {
     const staged a = run_block<IN, 1>(s, x.data(), in);
     compare(s, x.data(), a, run_block<IN, 2>(s, x.data(), in), IN == GT_IN_X, "H = 2");
     compare(s, x.data(), a, run_block<IN, 4>(s, x.data(), in), false, "H = 4");
-}
-
-/* b (H = 2 or 4) against a (H = 1), and a against the layout where `layout` (plain x) */
-static void compare(const shape &s, const float *x, const staged &a, const staged &b, bool layout, const char *hn) {
-    char what[64];
-    for (int T = 0; T < s.nt; T++)
-        for (int u = 0; u < s.us; u++) {
-            for (int jp = 0; jp < C::KSU / 2; jp++)
-                for (int L = 0; L < 32; L++) {
-                    const size_t at = ((size_t)(T * s.us + u) * (C::KSU / 2) + jp) * 32 + L;
-                    const bool live = s.row0 + 4 * T + L / 8 < s.n;
-                    for (int c = 0; c < 4; c++) {
-                        const uint32_t wa = word(a.sx[at], c), wb = word(b.sx[at], c);
-                        if (layout && wa != expect_word(s, x, T, u, jp, L, c))
-                            fail(s, "H = 1 fragment against the layout", (int)at);
-                        snprintf(what, sizeof what, live ? "%s fragment" : "%s wrote a dead row", hn);
-                        if (live ? wb != wa : wb != SENTINEL) fail(s, what, (int)at);
-                    }
-                }
-            for (int rr = 0; rr < 4; rr++) {
-                const size_t at = (size_t)(T * s.us + u) * 4 + rr;
-                const bool live = s.row0 + 4 * T + rr < s.n;
-                if (!live && a.sX[at] != 0.0f) fail(s, "H = 1 X sum of a dead row", (int)at);
-                snprintf(what, sizeof what, live ? "%s X sum" : "%s X sum of a dead row", hn);
-                if (live ? bits(b.sX[at]) != bits(a.sX[at]) : bits(b.sX[at]) != SENTINEL) fail(s, what, (int)at);
-            }
-        }
-    for (int r = 0; r < 8; r++)
-        if (bits(a.sc[r]) != bits(b.sc[r])) {
-            snprintf(what, sizeof what, "%s row scale", hn);
-            fail(s, what, r);
-        }
 }
 
 int main() {
