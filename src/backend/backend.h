@@ -91,6 +91,18 @@ typedef struct qglu {
     float norm_eps;
 } qglu;
 
+/* The attention's q and k head norms and RoPE as qk_norm_rope takes them (attention_gated's qk): q[r][h] =
+ * rope(rmsnorm(qx + (r * n_q + h) * qx_stride) * q_w), k[r][h] = rope(rmsnorm(k[r][h]) * k_w) in place. */
+typedef struct qqk_prep {
+    const float *qx;
+    int64_t qx_stride;
+    const float *q_w, *k_w;
+    float eps;
+    int rot_dim;
+    const int32_t *pos;
+    float theta;
+} qqk_prep;
+
 /* A residual boundary between decode matmuls (resid_matmul, then norm_matmul_multi), so the RMSNorm between
  * them is never a pass of its own: the producer adds its product into the residual x and leaves the sums of
  * squares of x's new rows in parts of QNORM_PART outputs, ss[r][p] (p < ceil(dim / QNORM_PART)); the consumer
@@ -213,10 +225,12 @@ typedef struct qbackend_ops {
                          qwfmt kv_fmt, int n_q, int n_kv, int dim, float scale, float *out);
     /* Optional (NULL: attention): attention whose out the next op on the backend reads through the gate `gate` (all n
      * rows of it: glu_matmul or resid_matmul of x = out); a backend may then also leave that input in a form the next
-     * op reads (the CUDA backend's dequant mode). out is written as attention writes it. */
-    qstatus (*attention_gated)(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                               int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
-                               int dim, float scale, float *out, const qglu *gate);
+     * op reads (the CUDA backend's dequant mode). out is written as attention writes it. qk: NULL, or the head norms
+     * and RoPE to apply first to the rows of every seq (q written from qk->qx, k in place), bitwise qk_norm_rope's; a
+     * backend may do them with the K/V write (the CUDA backend: one launch where every row is a decode row). */
+    qstatus (*attention_gated)(qbackend *be, float *q, float *k, const float *v, const qseq *seqs, int n_seqs,
+                               void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv, int dim,
+                               float scale, float *out, const qglu *gate, const qqk_prep *qk);
 
     /* out[v][d] *= sigmoid(gate[v*gate_stride + d]) for n_vec vectors of dim. */
     qstatus (*mul_sigmoid)(qbackend *be, float *out, const float *gate, int64_t gate_stride,

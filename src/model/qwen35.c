@@ -357,6 +357,17 @@ static qstatus norm_mm(qwen35_model *m, const float *norm_w, int count, const qw
     return Q_OK;
 }
 
+/* The attention's head norms and RoPE (§2.3) on n rows: q from qk->qx, k in place. */
+static qstatus qk_norm_rope(qbackend *be, const qqk_prep *qk, float *q, float *k, int n, int nq, int nkv, int D) {
+    if (be->ops->qk_norm_rope)
+        return be->ops->qk_norm_rope(be, qk->qx, qk->qx_stride, qk->q_w, q, k, qk->k_w, n, nq, nkv, D, qk->eps,
+                                     qk->rot_dim, qk->pos, qk->theta);
+    Q_TRY(be->ops->rmsnorm(be, qk->qx, qk->qx_stride, qk->q_w, (int64_t)n * nq, D, qk->eps, q, D));
+    Q_TRY(be->ops->rmsnorm(be, k, D, qk->k_w, (int64_t)n * nkv, D, qk->eps, k, D));
+    Q_TRY(be->ops->rope(be, q, n, nq, D, qk->rot_dim, qk->pos, qk->theta));
+    return be->ops->rope(be, k, n, nkv, D, qk->rot_dim, qk->pos, qk->theta);
+}
+
 /* §2.3 gated full attention over all rows, its output added to the residual (the MLP's norm, res_range). */
 static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_state *const *states) {
     const qwen35_config *c = &m->cfg;
@@ -369,15 +380,10 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
     qwen35_layer_in_weights(L, W);
     float *const Y[3] = {s->qg, s->k, s->v}; /* qg: per head [query | gate] */
     Q_TRY(norm_mm(m, L->input_norm, 3, W, Y, 0));
-    if (be->ops->qk_norm_rope) {
-        Q_TRY(be->ops->qk_norm_rope(be, s->qg, 2 * D, w->q_norm, s->q, s->k, w->k_norm, n, nq, nkv, D, c->rms_eps,
-                                    c->rot_dim, s->pos, c->rope_theta));
-    } else {
-        Q_TRY(be->ops->rmsnorm(be, s->qg, 2 * D, w->q_norm, (int64_t)n * nq, D, c->rms_eps, s->q, D));
-        Q_TRY(be->ops->rmsnorm(be, s->k, D, w->k_norm, (int64_t)n * nkv, D, c->rms_eps, s->k, D));
-        Q_TRY(be->ops->rope(be, s->q, n, nq, D, c->rot_dim, s->pos, c->rope_theta));
-        Q_TRY(be->ops->rope(be, s->k, n, nkv, D, c->rot_dim, s->pos, c->rope_theta));
-    }
+    /* the gated attention applies the head norms and RoPE itself (with the K/V write, where it can) */
+    const int gated = be->ops->attention_gated && s->n_ranges == 1;
+    const qqk_prep qk = {s->qg, 2 * D, w->q_norm, w->k_norm, c->rms_eps, c->rot_dim, s->pos, c->rope_theta};
+    if (!gated) Q_TRY(qk_norm_rope(be, &qk, s->q, s->k, n, nq, nkv, D));
     for (int i = 0; i < n_seqs; i++) {
         s->kp[i] = states[s->seq_stream[i]]->k_cache[l];
         s->vp[i] = states[s->seq_stream[i]]->v_cache[l];
@@ -386,9 +392,9 @@ static qstatus attn_block(qwen35_model *m, int l, int n, int n_seqs, qwen35_stat
      * attention is told so where one range takes every row */
     const qglu out_gate = {s->qg + D, 2 * D, D, QGLU_SIGMOID, NULL, 0.0f};
     const float scale = 1.0f / sqrtf((float)D);
-    if (be->ops->attention_gated && s->n_ranges == 1)
+    if (gated)
         Q_TRY(be->ops->attention_gated(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv,
-                                       D, scale, s->o, &out_gate));
+                                       D, scale, s->o, &out_gate, &qk));
     else
         Q_TRY(be->ops->attention(be, s->q, s->k, s->v, s->seqs, n_seqs, s->kp, s->vp, qwen35_kv_fmt(c), nq, nkv, D,
                                  scale, s->o));

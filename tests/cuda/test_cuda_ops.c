@@ -1,9 +1,10 @@
 /* test_cuda_ops.c: the CUDA ops around the matmuls against the CPU reference on random inputs (relative error
  * max|cuda - cpu| / max|cpu| under each op's bound), and EXACT(batch) on the GPU: norms and elementwise ops, a matmul's
- * input gated or normalised as it is staged (glu_matmul, the residual boundary), qk_norm_rope, add_rmsnorm and argmax,
- * draw, and the memory fit's question to this device. The matmuls themselves: test_cuda_matmul.c; attention and the
- * GDN ops: test_cuda_seq_ops.c; the split rows a producer leaves its consumer: test_cuda_rows.c.
- * Built when nvcc is found; skips (exit 77) without a GPU. Run on the GPU machine by tests/cuda/run.sh. */
+ * input gated or normalised as it is staged (glu_matmul, the residual boundary), qk_norm_rope (alone and inside
+ * attention_gated), add_rmsnorm and argmax, draw, and the memory fit's question to this device. The matmuls
+ * themselves: test_cuda_matmul.c; attention and the GDN ops: test_cuda_seq_ops.c; the split rows a producer leaves its
+ * consumer: test_cuda_rows.c. Built when nvcc is found; skips (exit 77) without a GPU. Run on the GPU machine by
+ * tests/cuda/run.sh. */
 #include "cuda_test_util.h"
 #include "engine/memfit.h"
 #include "model/qwen35.h"
@@ -213,6 +214,89 @@ static void test_qk_norm_rope(void) {
     rm(qx); rm(qw); rm(kw); rm(k); rm(pos); rm(q); rm(q2); rm(k2);
 }
 
+/* Whether a and b (GPU buffers) hold the same bytes. */
+static int same_gpu(const void *a, const void *b, size_t bytes) {
+    void *x = malloc(bytes), *y = malloc(bytes);
+    OK(gpu->ops->download(gpu, x, a, bytes));
+    OK(gpu->ops->download(gpu, y, b, bytes));
+    const int same = memcmp(x, y, bytes) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
+/* attention_gated with qk (the head norms and RoPE applied by the attention; the CUDA backend writes the K/V rows in
+ * the same launch where every row is a decode row, in order) is bitwise qk_norm_rope then attention: q, k, out and
+ * every byte of the caches (the positions written are poisoned first, so a byte left unwritten shows), with f32, bf16
+ * and q8 caches. Seqs (rows, position of the first, chunked): in order, one row each, one past a split (the fused
+ * launch); in order with a draft block of 68 rows (70 rows: the table in device memory); out of order; a decode row
+ * beside a prompt (both: the launches apart). The 9B's heads. */
+static void qk_attention_case(qwfmt fmt, const qseq *seqs, int ns, const char *what) {
+    const int nq = 16, nkv = 4, D = 256, rot = 64, ctx = 320;
+    int n = 0;
+    int32_t pos[80];
+    for (int s = 0; s < ns; s++) {
+        if (seqs[s].row0 + seqs[s].n_rows > n) n = seqs[s].row0 + seqs[s].n_rows;
+        for (int r = 0; r < seqs[s].n_rows; r++) pos[seqs[s].row0 + r] = seqs[s].pos0 + r;
+    }
+    buf qx = mk_rand((size_t)n * nq * D * 2, 3.0f), qw = mk_rand(D, 1.0f), kw = mk_rand(D, 1.0f), p = mk(n * 4, pos);
+    buf k0 = mk_rand((size_t)n * nkv * D, 2.0f), v = mk_rand((size_t)n * nkv * D, 1.0f);
+    buf q[2], k[2], out[2], kc[2][4], vc[2][4];
+    const size_t rb = (size_t)qkv_row_bytes(fmt, nkv, D);
+    unsigned char junk[4 * 256 * 4 + 64];
+    memset(junk, 0xA5, sizeof junk);
+    void *kcg[2][4], *vcg[2][4];
+    for (int t = 0; t < 2; t++) {
+        q[t] = mk((size_t)n * nq * D * 4, NULL), k[t] = mk(k0.bytes, NULL), out[t] = mk((size_t)n * nq * D * 4, NULL);
+        OK(gpu->ops->copy(gpu, k[t].g, k0.g, k0.bytes));
+        for (int s = 0; s < ns; s++) {
+            if (t == 0) kc[0][s] = mk_cache(ctx, nkv, D, fmt), vc[0][s] = mk_cache(ctx, nkv, D, fmt);
+            else kc[1][s] = mk(kc[0][s].bytes, NULL), vc[1][s] = mk(vc[0][s].bytes, NULL);
+            if (t == 1) {
+                OK(gpu->ops->copy(gpu, kc[1][s].g, kc[0][s].g, kc[0][s].bytes));
+                OK(gpu->ops->copy(gpu, vc[1][s].g, vc[0][s].g, vc[0][s].bytes));
+            }
+            for (int r = 0; r < seqs[s].n_rows; r++) {
+                const size_t at = (size_t)(seqs[s].pos0 + r) * rb;
+                OK(gpu->ops->upload(gpu, (char *)kc[t][s].g + at, junk, rb));
+                OK(gpu->ops->upload(gpu, (char *)vc[t][s].g + at, junk, rb));
+            }
+            kcg[t][s] = kc[t][s].g, vcg[t][s] = vc[t][s].g;
+        }
+    }
+    const float scale = 1.0f / 16.0f;
+    OK(gpu->ops->qk_norm_rope(gpu, qx.g, 2 * D, qw.g, q[0].g, k[0].g, kw.g, n, nq, nkv, D, 1e-6f, rot, p.g, 1e7f));
+    OK(gpu->ops->attention(gpu, q[0].g, k[0].g, v.g, seqs, ns, kcg[0], vcg[0], fmt, nq, nkv, D, scale, out[0].g));
+    const qqk_prep qk = {qx.g, 2 * D, qw.g, kw.g, 1e-6f, rot, p.g, 1e7f};
+    OK(gpu->ops->attention_gated(gpu, q[1].g, k[1].g, v.g, seqs, ns, kcg[1], vcg[1], fmt, nq, nkv, D, scale,
+                                 out[1].g, NULL, &qk));
+    char name[160];
+    snprintf(name, sizeof name, "attention_gated's qk, %s, %s: q, k, out, caches", kv_name(fmt), what);
+    int same = same_gpu(q[0].g, q[1].g, q[0].bytes) && same_gpu(k[0].g, k[1].g, k[0].bytes) &&
+               same_gpu(out[0].g, out[1].g, out[0].bytes);
+    for (int s = 0; s < ns; s++)
+        same &= same_gpu(kc[0][s].g, kc[1][s].g, kc[0][s].bytes) && same_gpu(vc[0][s].g, vc[1][s].g, vc[0][s].bytes);
+    expect_flag(name, same);
+    for (int t = 0; t < 2; t++) {
+        rm(q[t]); rm(k[t]); rm(out[t]);
+        for (int s = 0; s < ns; s++) rm(kc[t][s]), rm(vc[t][s]);
+    }
+    rm(qx); rm(qw); rm(kw); rm(p); rm(k0); rm(v);
+}
+static void test_attention_qk(void) {
+    const qseq in_order[3] = {{0, 1, 5, 0}, {1, 1, 300, 0}, {2, 1, 0, 0}};
+    const qseq draft[3] = {{0, 1, 5, 0}, {1, 1, 300, 0}, {2, 68, 200, 0}};
+    const qseq reversed[3] = {{2, 1, 5, 0}, {1, 1, 300, 0}, {0, 1, 0, 0}};
+    const qseq mixed[2] = {{0, 1, 40, 0}, {1, 5, 0, 1}};
+    const qwfmt fmts[3] = {QW_F32, QW_BF16, QW_Q8};
+    for (int f = 0; f < 3; f++) {
+        qk_attention_case(fmts[f], in_order, 3, "3 decode rows in order");
+        qk_attention_case(fmts[f], draft, 3, "70 decode rows in order");
+        qk_attention_case(fmts[f], reversed, 3, "3 decode rows out of order");
+        qk_attention_case(fmts[f], mixed, 2, "a decode row and a prompt");
+    }
+}
+
 /* add_rmsnorm is bitwise add then rmsnorm on the GPU (and close to the CPU); argmax picks the CPU's
  * index, ties (first wins) and NaNs (never win; NaN first gives 0) included. */
 static void test_add_rmsnorm_argmax(void) {
@@ -319,7 +403,7 @@ static void test_memfit_dequant_copies(void) {
 
 int main(void) {
     static void (*const tests[])(void) = {test_norms_and_elementwise, test_glu_matmul, test_residual_boundary,
-                                          test_qk_norm_rope, test_add_rmsnorm_argmax, test_draw,
+                                          test_qk_norm_rope, test_attention_qk, test_add_rmsnorm_argmax, test_draw,
                                           test_memfit_dequant_copies};
     return run_cuda_tests(tests, (int)(sizeof tests / sizeof tests[0]));
 }

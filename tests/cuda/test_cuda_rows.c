@@ -183,7 +183,7 @@ static void att_run(att_case *c, const qseq *seqs, int ns, int n, int hint, int 
     OK(gpu->ops->copy(gpu, c->x.g, c->x0.g, c->x.bytes));
     if (hint)
         OK(gpu->ops->attention_gated(gpu, c->q.g, c->k.g, c->v.g, seqs, ns, kc, vc, QW_BF16, AQ, AKV, AD, scale, c->o.g,
-                                     &gate));
+                                     &gate, NULL));
     else
         OK(gpu->ops->attention(gpu, c->q.g, c->k.g, c->v.g, seqs, ns, kc, vc, QW_BF16, AQ, AKV, AD, scale, c->o.g));
     OK(gpu->ops->download(gpu, out[1], c->o.g, (size_t)n * AQ * AD * 4));

@@ -453,13 +453,24 @@ static void (*att_split_for(int dim))(const float *, const cu_tab, int, int, int
     return dim % (32 * V) == 0 ? attention_split_kernel<V, T> : attention_split_kernel<1, T>;
 }
 
+/* attention_gated's qk as qk_norm_rope, on the rows of every seq. */
+static qstatus att_qk_apply(qbackend *be, const qqk_prep *qk, float *q, float *k, const qseq *seqs, int n_seqs,
+                            int n_q, int n_kv, int dim) {
+    int n = 0;
+    for (int s = 0; s < n_seqs; s++)
+        if (seqs[s].n_rows > 0 && seqs[s].row0 + seqs[s].n_rows > n) n = seqs[s].row0 + seqs[s].n_rows;
+    return cuda_qk_norm_rope(be, qk->qx, qk->qx_stride, qk->q_w, q, k, qk->k_w, n, n_q, n_kv, dim, qk->eps,
+                             qk->rot_dim, qk->pos, qk->theta);
+}
+
 /* gate: attention_gated's; the combine leaves the gated rows where every row is a decode row (rows 0 .. n_rows - 1)
- * and runs (more than one split), the gate is a plain one on heads and dequant mode's matmul takes them. */
+ * and runs (more than one split), the gate is a plain one on heads and dequant mode's matmul takes them. qk:
+ * attention_gated's, applied here first; where every row is a decode row, in order, with the K/V write in one launch
+ * (cuda_qk_norm_rope_kv). */
 template <typename T>
-static qstatus attention_decode_rows(qbackend *be, const float *q, const float *k, const float *v,
-                                     const qseq *seqs, int n_seqs, void *const *k_cache,
-                                     void *const *v_cache, int n_q, int n_kv, int dim, float scale,
-                                     float *out, const qglu *gate) {
+static qstatus attention_decode_rows(qbackend *be, float *q, float *k, const float *v, const qseq *seqs, int n_seqs,
+                                     void *const *k_cache, void *const *v_cache, int n_q, int n_kv, int dim,
+                                     float scale, float *out, const qglu *gate, const qqk_prep *qk) {
     int n_rows = 0, max_pos = 0, chunked = 0;
     for (int s = 0; s < n_seqs; s++)
         if (!seqs[s].chunked) {
@@ -474,26 +485,34 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
                       cu_seq_rows_covered(seqs, n_seqs) == n_rows;
     Q_TRY(cu_gate_rows(be, CU_ROWS_ATT, rows ? out : NULL, gate, n_rows, (int64_t)n_q * dim, &ag.xs));
     if (ag.xs) ag.g = gate->g, ag.g_stride = gate->g_stride, ag.act = gate->act;
-    if (n_rows == 0) return Q_OK;
+    if (n_rows == 0) return qk ? att_qk_apply(be, qk, q, k, seqs, n_seqs, n_q, n_kv, dim) : Q_OK;
+    if (max_splits > ATT_COMB_MAX_SPLITS)
+        return q_fail(Q_EINVAL, "cuda attention: position %d is past the decode kernel's %d", max_pos,
+                      ATT_COMB_MAX_SPLITS * ATT_SPLIT);
     att_row *tab = (att_row *)malloc((size_t)n_rows * sizeof *tab);
     if (!tab) return q_fail(Q_ENOMEM, "cuda attention: out of memory");
     int i = 0;
+    bool in_order = !chunked; /* every batch row a decode row, row i tab[i] */
     for (int s = 0; s < n_seqs; s++) {
         if (seqs[s].chunked) continue;
-        for (int r = 0; r < seqs[s].n_rows; r++)
-            tab[i++] = (att_row){k_cache[s], v_cache[s], seqs[s].pos0 + r, seqs[s].row0 + r, seqs[s].pos0};
+        for (int r = 0; r < seqs[s].n_rows; r++, i++) {
+            tab[i] = (att_row){k_cache[s], v_cache[s], seqs[s].pos0 + r, seqs[s].row0 + r, seqs[s].pos0};
+            in_order &= tab[i].row == i;
+        }
     }
     cu_tab dtab;
     qstatus st = cu_tab_make(be, tab, (size_t)n_rows * sizeof *tab, &dtab);
     free(tab);
     Q_TRY(st);
-    if (max_splits > ATT_COMB_MAX_SPLITS)
-        return q_fail(Q_EINVAL, "cuda attention: position %d is past the decode kernel's %d", max_pos,
-                      ATT_COMB_MAX_SPLITS * ATT_SPLIT);
+    bool kv_done = false;
+    if (qk && in_order && cuda_qk_kv_on())
+        Q_TRY(cuda_qk_norm_rope_kv(be, qk, q, k, v, n_rows, n_q, n_kv, dim, dtab, kv_fmt_of<T>(), &kv_done));
+    if (qk && !kv_done) Q_TRY(att_qk_apply(be, qk, q, k, seqs, n_seqs, n_q, n_kv, dim));
     float *part = NULL;
     Q_TRY(cu_att_scratch(be, (size_t)n_rows * n_q * max_splits * (dim + 2) * sizeof(float), &part));
-    CU_TRY(cu_launch(kv_write_rows_kernel<T>, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv, dim),
-           "attention kv write (decode)");
+    if (!kv_done)
+        CU_TRY(cu_launch(kv_write_rows_kernel<T>, n_rows, 256, 0, cu_stream(be), k, v, dtab, n_kv, dim),
+               "attention kv write (decode)");
     const int groups = n_kv * ((n_q / n_kv + ATT_GROUP - 1) / ATT_GROUP);
     const dim3 grid((unsigned)n_rows, (unsigned)groups, (unsigned)max_splits);
     float *out1 = max_splits == 1 ? out : NULL; /* every row in one split: no combine (att_one_split) */
@@ -512,10 +531,11 @@ static qstatus attention_decode_rows(qbackend *be, const float *q, const float *
 }
 
 template <typename T>
-static qstatus attention_typed(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                               int n_seqs, void *const *k_cache, void *const *v_cache, int n_q, int n_kv, int dim,
-                               float scale, float *out, const qglu *gate) {
-    Q_TRY(attention_decode_rows<T>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate));
+static qstatus attention_typed(qbackend *be, float *q, float *k, const float *v, const qseq *seqs, int n_seqs,
+                               void *const *k_cache, void *const *v_cache, int n_q, int n_kv, int dim, float scale,
+                               float *out, const qglu *gate, const qqk_prep *qk) {
+    Q_TRY(attention_decode_rows<T>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate,
+                                   qk));
     for (int s = 0; s < n_seqs; s++) { /* prompt seqs: the K/V write, then one attention launch each */
         const qseq *sq = &seqs[s];
         if (sq->n_rows <= 0 || !sq->chunked) continue;
@@ -537,22 +557,26 @@ static qstatus attention_typed(qbackend *be, const float *q, const float *k, con
     return Q_OK;
 }
 
-qstatus cuda_attention_gated(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                             int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
-                             int dim, float scale, float *out, const qglu *gate) {
+qstatus cuda_attention_gated(qbackend *be, float *q, float *k, const float *v, const qseq *seqs, int n_seqs,
+                             void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv, int dim,
+                             float scale, float *out, const qglu *gate, const qqk_prep *qk) {
     if (dim % 32 || dim > 32 * ATT_MAX_PER_LANE || n_kv <= 0 || n_q % n_kv)
         return q_fail(Q_EINVAL, "cuda attention: dim %d, heads %d/%d not supported", dim, n_q, n_kv);
     if (kv_fmt == QW_F32)
-        return attention_typed<float>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate);
+        return attention_typed<float>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate,
+                                      qk);
     if (kv_fmt == QW_BF16)
         return attention_typed<kv_bf16>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out,
-                                        gate);
+                                        gate, qk);
     if (kv_fmt == QW_Q8 && dim % 16 == 0)
-        return attention_typed<kv_q8>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate);
+        return attention_typed<kv_q8>(be, q, k, v, seqs, n_seqs, k_cache, v_cache, n_q, n_kv, dim, scale, out, gate,
+                                      qk);
     return q_fail(Q_EINVAL, "cuda attention: K/V cache format %d", (int)kv_fmt);
 }
+/* qk NULL: q and k are only read */
 qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
                        int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
                        int dim, float scale, float *out) {
-    return cuda_attention_gated(be, q, k, v, seqs, n_seqs, k_cache, v_cache, kv_fmt, n_q, n_kv, dim, scale, out, NULL);
+    return cuda_attention_gated(be, (float *)q, (float *)k, v, seqs, n_seqs, k_cache, v_cache, kv_fmt, n_q, n_kv, dim,
+                                scale, out, NULL, NULL);
 }

@@ -447,9 +447,9 @@ qstatus cuda_qk_norm_rope(qbackend *be, const float *qx, int64_t qx_stride, cons
 qstatus cuda_attention(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
                        int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
                        int dim, float scale, float *out);
-qstatus cuda_attention_gated(qbackend *be, const float *q, const float *k, const float *v, const qseq *seqs,
-                             int n_seqs, void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv,
-                             int dim, float scale, float *out, const qglu *gate);
+qstatus cuda_attention_gated(qbackend *be, float *q, float *k, const float *v, const qseq *seqs, int n_seqs,
+                             void *const *k_cache, void *const *v_cache, qwfmt kv_fmt, int n_q, int n_kv, int dim,
+                             float scale, float *out, const qglu *gate, const qqk_prep *qk);
 qstatus cuda_mul_sigmoid(qbackend *be, float *out, const float *gate, int64_t gate_stride, int64_t n_vec,
                          int dim);
 qstatus cuda_conv1d_silu(qbackend *be, const float *x, const qseq *seqs, int n_seqs, float *const *state,

@@ -12,6 +12,11 @@
 typedef __nv_bfloat16 kv_bf16;
 typedef int8_t kv_q8;
 
+/* The cache format whose element is T. */
+template <typename T> static inline qwfmt kv_fmt_of(void) {
+    return sizeof(T) == 4 ? QW_F32 : sizeof(T) == 2 ? QW_BF16 : QW_Q8;
+}
+
 /* Elements of T in one position's row of n_kv heads (qkv_row_bytes / sizeof(T)). */
 template <typename T> __host__ __device__ __forceinline__ int64_t kv_stride(int n_kv, int dim) {
     if constexpr (sizeof(T) == 1) return ((int64_t)n_kv * (dim + 4) + 15) & ~(int64_t)15;
@@ -59,26 +64,83 @@ template <typename T> __device__ __forceinline__ void kv_get8(const T *p, float 
 __device__ __forceinline__ void kv_put(float *p, float v) { *p = v; }
 __device__ __forceinline__ void kv_put(kv_bf16 *p, float v) { *p = __float2bfloat16_rn(v); }
 
-/* One head of dim values x into q8 codes and its scale, by one warp: kv_format.c's rule with the same f32
- * operations (the largest magnitude is order-free; 127 / amax, x * inv and amax / 127 correctly rounded). */
+/* kv_format.c's q8 rule for one head, in pieces a warp's writers share: each lane's values seen (kv_q8_see: the
+ * largest magnitude, order-free, and whether one is a NaN or an infinity), the warp's verdict (kv_q8_head), then each
+ * value's code and the head's scale, with the same f32 operations (127 / amax, x * inv and amax / 127 correctly
+ * rounded). */
+__device__ __forceinline__ void kv_q8_see(float x, float &amax, bool &bad) {
+    const float a = fabsf(x);
+    bad |= !(a <= 3.40282347e38f);
+    amax = fmaxf(amax, a);
+}
+struct kv_q8_head {
+    float amax, inv;
+    bool bad, zero;
+    __device__ kv_q8_head(float lane_amax, bool lane_bad) {
+        amax = warp_max(lane_amax);
+        bad = __any_sync(0xffffffffu, lane_bad);
+        zero = bad || amax < 1e-30f;
+        inv = zero ? 0.0f : __fdiv_rn(127.0f, amax);
+    }
+    __device__ kv_q8 code(float x) const {
+        return (kv_q8)(int)(zero ? 0.0f : fminf(fmaxf(rintf(__fmul_rn(x, inv)), -127.0f), 127.0f));
+    }
+    __device__ float scale() const { return bad ? __int_as_float(0x7fffffff) : zero ? 0.0f : __fdiv_rn(amax, 127.0f); }
+};
+
+/* One head of dim values x into q8 codes and its scale, by one warp. */
 __device__ __forceinline__ void kv_q8_write_head(const float *__restrict__ x, int dim, kv_q8 *codes, float *scale) {
     const int lane = threadIdx.x & 31;
     float amax = 0.0f;
     bool bad = false;
-    for (int d = lane; d < dim; d += 32) {
-        const float a = fabsf(x[d]);
-        bad |= !(a <= 3.40282347e38f);
-        amax = fmaxf(amax, a);
+    for (int d = lane; d < dim; d += 32) kv_q8_see(x[d], amax, bad);
+    const kv_q8_head hd(amax, bad);
+    for (int d = lane; d < dim; d += 32) codes[d] = hd.code(x[d]);
+    if (lane == 0) *scale = hd.scale();
+}
+
+/* One head's row from a warp's registers: lane l holds values 4 (l + 32 c) .. + 3 in o[c] (as the per-head norms
+ * hold them, cuda_norm.cu), dim % 4 == 0; into row (the head's first element of a position's row; q8: scale its
+ * scale's slot). The bits are kv_write_row's: each value rounded alone, q8 by the same rule. */
+template <typename T, int NQ>
+__device__ __forceinline__ void kv_write_head_quads(const float4 (&o)[NQ], int dim, T *row, float *scale) {
+    const int lane = threadIdx.x & 31;
+    if constexpr (sizeof(T) == 1) {
+        float amax = 0.0f;
+        bool bad = false;
+#pragma unroll
+        for (int c = 0; c < NQ; c++)
+            if (4 * (lane + 32 * c) < dim)
+                kv_q8_see(o[c].x, amax, bad), kv_q8_see(o[c].y, amax, bad), kv_q8_see(o[c].z, amax, bad),
+                    kv_q8_see(o[c].w, amax, bad);
+        const kv_q8_head hd(amax, bad);
+#pragma unroll
+        for (int c = 0; c < NQ; c++) {
+            const int d = 4 * (lane + 32 * c);
+            if (d < dim)
+                *(char4 *)(row + d) = make_char4(hd.code(o[c].x), hd.code(o[c].y), hd.code(o[c].z), hd.code(o[c].w));
+        }
+        if (lane == 0) *scale = hd.scale();
+    } else {
+#pragma unroll
+        for (int c = 0; c < NQ; c++) {
+            const int d = 4 * (lane + 32 * c);
+            if (d >= dim) continue;
+            if constexpr (sizeof(T) == 4) *(float4 *)(row + d) = o[c];
+            else {
+                const __nv_bfloat162 a = __floats2bfloat162_rn(o[c].x, o[c].y), b = __floats2bfloat162_rn(o[c].z, o[c].w);
+                *(uint2 *)(row + d) = make_uint2(*(const uint32_t *)&a, *(const uint32_t *)&b);
+            }
+        }
     }
-    amax = warp_max(amax);
-    bad = __any_sync(0xffffffffu, bad);
-    const bool zero = bad || amax < 1e-30f;
-    const float inv = zero ? 0.0f : __fdiv_rn(127.0f, amax);
-    for (int d = lane; d < dim; d += 32) {
-        const float c = zero ? 0.0f : fminf(fmaxf(rintf(__fmul_rn(x[d], inv)), -127.0f), 127.0f);
-        codes[d] = (kv_q8)(int)c;
+}
+
+/* q8: the zeros after a position's codes and scales (to kv_stride), as on the CPU; by one warp. */
+template <typename T> __device__ __forceinline__ void kv_q8_pad(T *kd, T *vd, int n_kv, int dim, int from, int step) {
+    if constexpr (sizeof(T) == 1) {
+        const int used = n_kv * (dim + 4), pad = (int)kv_stride<T>(n_kv, dim) - used;
+        for (int i = from; i < 2 * pad; i += step) (i < pad ? kd : vd)[used + i % pad] = 0;
     }
-    if (lane == 0) *scale = bad ? __int_as_float(0x7fffffff) : zero ? 0.0f : __fdiv_rn(amax, 127.0f);
 }
 
 /* One position's k and v rows (n_kv heads of dim values each) into the cache rows kd, vd, by the block's
@@ -94,8 +156,7 @@ __device__ __forceinline__ void kv_write_row(const float *__restrict__ ks, const
             kv_q8_write_head((kv ? vs : ks) + (int64_t)hh * dim, dim, row + (int64_t)hh * dim,
                              (float *)(row + (int64_t)n_kv * dim) + hh);
         }
-        const int used = n_kv * (dim + 4), pad = (int)kv_stride<T>(n_kv, dim) - used; /* zeros, as on the CPU */
-        for (int i = threadIdx.x; i < 2 * pad; i += blockDim.x) (i < pad ? kd : vd)[used + i % pad] = 0;
+        kv_q8_pad(kd, vd, n_kv, dim, threadIdx.x, blockDim.x);
     } else {
         for (int i = threadIdx.x; i < n_kv * dim; i += blockDim.x) {
             kv_put(kd + i, ks[i]);

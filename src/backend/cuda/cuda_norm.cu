@@ -6,6 +6,9 @@
  * so x == y (in place) is safe. */
 #include <stdint.h>
 
+#include <type_traits>
+
+#include "cuda_attention.cuh"
 #include "cuda_common.cuh"
 #include "cuda_rope.cuh"
 
@@ -164,20 +167,43 @@ __global__ void __launch_bounds__(NORM_THREADS)
  * vector v (from qx, heads qs apart, into q), the rest the k vectors in place. The norm is norm_warp_kernel's
  * and the rotation rope_kernel's (cuda_rope.cuh), so the bits are those of the four launches it replaces.
  * The rotated pairs (j, j + half) sit in part 0 (rot_dim <= 128, half % 4 == 0): lane l < half / 4 holds
- * quad j = 4l.., lane l + half / 4 its partners. */
+ * quad j = 4l.., lane l + half / 4 its partners.
+ * KV (attention_gated's qk where every row is a decode row, rows[r] row r's): the k warps also write their head into
+ * row r's K cache at its position, and n * n_kv more warps the V heads, as kv_write_rows_kernel would (the attention's
+ * K/V write, one launch fewer a layer). */
+template <bool KV> using qk_rows = std::conditional_t<KV, cu_tab, int>; /* none without KV: no 2 KB of parameters */
+template <typename T, bool KV>
 __global__ void __launch_bounds__(NORM_THREADS)
     qk_norm_rope_kernel(const float *qx, int64_t qs, const float *__restrict__ qw, float *q, float *k,
                         const float *__restrict__ kw, int n, int n_q, int n_kv, int dim, float eps, int half,
-                        const int32_t *__restrict__ pos, const rope_freqs f) {
+                        const int32_t *__restrict__ pos, const rope_freqs f, const float *v,
+                        const __grid_constant__ qk_rows<KV> rows) {
     const int lane = threadIdx.x & 31;
     const int64_t vec = (int64_t)blockIdx.x * (NORM_THREADS / 32) + (threadIdx.x >> 5), nqv = (int64_t)n * n_q;
+    const int64_t nkv = (int64_t)n * n_kv;
     const bool is_q = vec < nqv;
     const int64_t kv = vec - nqv;
-    float4 wq[NORM_WQ], v[NORM_WQ], o[NORM_WQ];
+    float4 wq[NORM_WQ], x[NORM_WQ], o[NORM_WQ];
+    if constexpr (KV) {
+        if (kv >= nkv) { /* a V head: its row as it is into the cache */
+            cu_pdl_enter();
+            const int64_t vi = kv - nkv;
+            if (vi >= nkv) return; /* whole warps */
+            const int r = (int)(vi / n_kv), h = (int)(vi % n_kv);
+            const att_row rw = cu_tab_at<att_row>(rows, r);
+            T *row = (T *)rw.vc + rw.pos * kv_stride<T>(n_kv, dim);
+#pragma unroll
+            for (int c = 0; c < NORM_WQ; c++)
+                if (4 * (lane + 32 * c) < dim) o[c] = norm_ld4(v + vi * dim + 4 * (lane + 32 * c));
+            kv_write_head_quads<T>(o, dim, row + (int64_t)h * dim, (float *)(row + (int64_t)n_kv * dim) + h);
+            if (h == 0) kv_q8_pad((T *)rw.kc + rw.pos * kv_stride<T>(n_kv, dim), row, n_kv, dim, lane, 32);
+            return;
+        }
+    }
     norm_warp_weights(is_q ? qw : kw, dim, lane, wq);
     cu_pdl_enter();
-    if (kv >= (int64_t)n * n_kv) return; /* whole warps */
-    norm_warp_vec(is_q ? qx + vec * qs : k + kv * dim, dim, eps, wq, lane, v, o);
+    if (kv >= nkv) return; /* whole warps */
+    norm_warp_vec(is_q ? qx + vec * qs : k + kv * dim, dim, eps, wq, lane, x, o);
     const int h4 = half / 4;
     float4 t = o[0]; /* the partner lane's quad */
     const int src = lane < h4 ? lane + h4 : lane - h4;
@@ -197,6 +223,14 @@ __global__ void __launch_bounds__(NORM_THREADS)
 #pragma unroll
     for (int c = 0; c < NORM_WQ; c++)
         if (4 * (lane + 32 * c) < dim) *(float4 *)(yv + 4 * (lane + 32 * c)) = o[c];
+    if constexpr (KV) {
+        if (!is_q) {
+            const att_row rw = cu_tab_at<att_row>(rows, (int)(kv / n_kv));
+            const int h = (int)(kv % n_kv);
+            T *row = (T *)rw.kc + rw.pos * kv_stride<T>(n_kv, dim);
+            kv_write_head_quads<T>(o, dim, row + (int64_t)h * dim, (float *)(row + (int64_t)n_kv * dim) + h);
+        }
+    }
 }
 
 /* Whether rows of x (stride xs), r (stride dim) and y (stride ys) take rmsnorm_reg_kernel. */
@@ -262,24 +296,49 @@ qstatus cuda_gated_rmsnorm(qbackend *be, const float *x, const float *z, const f
     return Q_OK;
 }
 
+/* Whether qk_norm_rope_kernel takes these rows (norm_warp_kernel's rows, the rotated dims in part 0). */
+static bool qk_fused_ok(const float *qx, int64_t qx_stride, const float *q_w, const float *q, const float *k,
+                        const float *k_w, int64_t n_vec, int dim, int rot_dim) {
+    return rot_dim >= 8 && rot_dim % 8 == 0 && rot_dim <= 128 && rot_dim <= dim && dim <= NORM_WARP_DIM &&
+           n_vec <= 2147483647LL && norm_reg_ok(qx, qx_stride, NULL, q_w, dim, q, dim) &&
+           norm_reg_ok(k, dim, NULL, k_w, dim, k, dim);
+}
+
 /* rmsnorm of the q heads (from qx) and of the k heads (in place), then rope on both, in one launch where the
- * shapes allow (norm_warp_kernel's rows, the rotated dims in part 0), else as those four ops. */
+ * shapes allow, else as those four ops. */
 qstatus cuda_qk_norm_rope(qbackend *be, const float *qx, int64_t qx_stride, const float *q_w, float *q, float *k,
                           const float *k_w, int n, int n_q, int n_kv, int dim, float eps, int rot_dim,
                           const int32_t *pos, float theta) {
     if (n <= 0) return Q_OK;
     const int64_t n_vec = (int64_t)n * (n_q + n_kv);
-    const bool fused = rot_dim >= 8 && rot_dim % 8 == 0 && rot_dim <= 128 && rot_dim <= dim && dim <= NORM_WARP_DIM &&
-                       n_vec <= 2147483647LL && norm_reg_ok(qx, qx_stride, NULL, q_w, dim, q, dim) &&
-                       norm_reg_ok(k, dim, NULL, k_w, dim, k, dim);
-    if (!fused) {
+    if (!qk_fused_ok(qx, qx_stride, q_w, q, k, k_w, n_vec, dim, rot_dim)) {
         Q_TRY(cuda_rmsnorm(be, qx, qx_stride, q_w, (int64_t)n * n_q, dim, eps, q, dim));
         Q_TRY(cuda_rmsnorm(be, k, dim, k_w, (int64_t)n * n_kv, dim, eps, k, dim));
         Q_TRY(cuda_rope(be, q, n, n_q, dim, rot_dim, pos, theta));
         return cuda_rope(be, k, n, n_kv, dim, rot_dim, pos, theta);
     }
-    CU_TRY(cu_launch(qk_norm_rope_kernel, (unsigned)((n_vec + 7) / 8), NORM_THREADS, 0, cu_stream(be), qx, qx_stride,
-                     q_w, q, k, k_w, n, n_q, n_kv, dim, eps, rot_dim / 2, pos, rope_freqs_make(theta, rot_dim)),
+    CU_TRY(cu_launch(qk_norm_rope_kernel<float, false>, (unsigned)((n_vec + 7) / 8), NORM_THREADS, 0, cu_stream(be),
+                     qx, qx_stride, q_w, q, k, k_w, n, n_q, n_kv, dim, eps, rot_dim / 2, pos,
+                     rope_freqs_make(theta, rot_dim), (const float *)NULL, 0),
            "qk_norm_rope");
+    return Q_OK;
+}
+
+/* qk_norm_rope and the K/V write of n decode rows (rows: row r's att_row, r = 0 .. n - 1) in one launch. *done is
+ * false, and nothing is launched, where the shapes do not take it. */
+qstatus cuda_qk_norm_rope_kv(qbackend *be, const qqk_prep *qk, float *q, float *k, const float *v, int n, int n_q,
+                             int n_kv, int dim, const cu_tab &rows, qwfmt kv_fmt, bool *done) {
+    const int64_t n_vec = (int64_t)n * (n_q + 2 * n_kv);
+    *done = n > 0 && dim % 4 == 0 && cu_aligned16(v) && (kv_fmt != QW_Q8 || dim % 16 == 0) &&
+            qk_fused_ok(qk->qx, qk->qx_stride, qk->q_w, q, k, qk->k_w, n_vec, dim, qk->rot_dim);
+    if (!*done) return Q_OK;
+    void (*kern)(const float *, int64_t, const float *, float *, float *, const float *, int, int, int, int, float, int,
+                 const int32_t *, const rope_freqs, const float *, const cu_tab) =
+        kv_fmt == QW_F32 ? qk_norm_rope_kernel<float, true>
+        : kv_fmt == QW_BF16 ? qk_norm_rope_kernel<kv_bf16, true> : qk_norm_rope_kernel<kv_q8, true>;
+    CU_TRY(cu_launch(kern, (unsigned)((n_vec + 7) / 8), NORM_THREADS, 0, cu_stream(be), qk->qx, qk->qx_stride, qk->q_w,
+                     q, k, qk->k_w, n, n_q, n_kv, dim, qk->eps, qk->rot_dim / 2, qk->pos,
+                     rope_freqs_make(qk->theta, qk->rot_dim), v, rows),
+           "qk_norm_rope with the K/V write");
     return Q_OK;
 }
