@@ -492,9 +492,10 @@ static qstatus attention_decode_rows(qbackend *be, float *q, float *k, const flo
     att_row *tab = (att_row *)malloc((size_t)n_rows * sizeof *tab);
     if (!tab) return q_fail(Q_ENOMEM, "cuda attention: out of memory");
     int i = 0;
-    bool in_order = !chunked; /* every batch row a decode row, row i tab[i] */
+    bool in_order = !chunked; /* every batch row a decode row, row i tab[i], and 16-byte aligned caches */
     for (int s = 0; s < n_seqs; s++) {
         if (seqs[s].chunked) continue;
+        in_order &= seqs[s].n_rows == 0 || (cu_aligned16(k_cache[s]) && cu_aligned16(v_cache[s]));
         for (int r = 0; r < seqs[s].n_rows; r++, i++) {
             tab[i] = (att_row){k_cache[s], v_cache[s], seqs[s].pos0 + r, seqs[s].row0 + r, seqs[s].pos0};
             in_order &= tab[i].row == i;

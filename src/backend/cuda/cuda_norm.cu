@@ -1,5 +1,6 @@
-/* cuda_norm.cu: RMSNorm (zero-centred norms arrive with 1+w folded), the residual add fused with it, and
- * the GDN gated RMSNorm.
+/* cuda_norm.cu: RMSNorm (zero-centred norms arrive with 1+w folded), the residual add fused with it, the GDN gated
+ * RMSNorm, and the attention's head norms with their RoPE (qk_norm_rope; with the decode rows' K/V write,
+ * cuda_qk_norm_rope_kv).
  * Short vectors (the per-head norms: q and k 256, GDN 128) take one warp each, longer ones one block each;
  * which is a function of the vector's length and layout only, and either sums the squares in a fixed order
  * (EXACT(batch)). Each thread reads its own elements before the reduction and writes only them after it,
