@@ -250,9 +250,10 @@ static void qk_attention_case(qwfmt fmt, const qseq *seqs, int ns, const char *w
         q[t] = mk((size_t)n * nq * D * 4, NULL), k[t] = mk(k0.bytes, NULL), out[t] = mk((size_t)n * nq * D * 4, NULL);
         OK(gpu->ops->copy(gpu, k[t].g, k0.g, k0.bytes));
         for (int s = 0; s < ns; s++) {
-            if (t == 0) kc[0][s] = mk_cache(ctx, nkv, D, fmt), vc[0][s] = mk_cache(ctx, nkv, D, fmt);
-            else kc[1][s] = mk(kc[0][s].bytes, NULL), vc[1][s] = mk(vc[0][s].bytes, NULL);
-            if (t == 1) {
+            if (t == 0) {
+                kc[0][s] = mk_cache(ctx, nkv, D, fmt), vc[0][s] = mk_cache(ctx, nkv, D, fmt);
+            } else {
+                kc[1][s] = mk(kc[0][s].bytes, NULL), vc[1][s] = mk(vc[0][s].bytes, NULL);
                 OK(gpu->ops->copy(gpu, kc[1][s].g, kc[0][s].g, kc[0][s].bytes));
                 OK(gpu->ops->copy(gpu, vc[1][s].g, vc[0][s].g, vc[0][s].bytes));
             }

@@ -144,8 +144,9 @@ __global__ void kv_write_rows_kernel(const float *__restrict__ k, const float *_
                                      const __grid_constant__ cu_tab rows, int n_kv, int dim) {
     cu_pdl_enter();
     const att_row rw = cu_tab_at<att_row>(rows, blockIdx.x);
-    const int64_t width = (int64_t)n_kv * dim, at = rw.pos * kv_stride<T>(n_kv, dim);
-    kv_write_row(k + rw.row * width, v + rw.row * width, (T *)rw.kc + at, (T *)rw.vc + at, n_kv, dim);
+    const int64_t width = (int64_t)n_kv * dim;
+    kv_write_row(k + rw.row * width, v + rw.row * width, kv_row<T>(rw.kc, rw.pos, n_kv, dim),
+                 kv_row<T>(rw.vc, rw.pos, n_kv, dim), n_kv, dim);
 }
 
 /* part: [row][head][split][2 + dim] = (max, sum, unnormalised output) over the split's keys.
@@ -546,7 +547,7 @@ static qstatus attention_typed(qbackend *be, float *q, float *k, const float *v,
                "attention kv write");
         if (cuda_flash_supported(n_q, n_kv, dim)) { /* tensor cores, GQA-packed (cuda_flash_prefill.cu) */
             Q_TRY(cuda_flash_prefill(be, q, sq->row0, sq->n_rows, sq->pos0, kc, vc,
-                                     sizeof(T) == 1 ? QW_Q8 : sizeof(T) == 2 ? QW_BF16 : QW_F32,
+                                     kv_fmt_of<T>(),
                                      n_q, n_kv, dim, scale, cuda_flash_precision(), out));
             continue;
         }

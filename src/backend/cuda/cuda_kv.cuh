@@ -23,6 +23,11 @@ template <typename T> __host__ __device__ __forceinline__ int64_t kv_stride(int 
     else return (int64_t)n_kv * dim;
 }
 
+/* Position pos's row in the cache c. */
+template <typename T> __device__ __forceinline__ T *kv_row(void *c, int pos, int n_kv, int dim) {
+    return (T *)c + pos * kv_stride<T>(n_kv, dim);
+}
+
 /* Head kvh's scale in the position row `row` (its first element): q8 only (1 for the others). */
 template <typename T> __device__ __forceinline__ float kv_scale(const T *row, int n_kv, int dim, int kvh) {
     if constexpr (sizeof(T) == 1) return __ldg((const float *)(row + (int64_t)n_kv * dim) + kvh);
@@ -99,12 +104,13 @@ __device__ __forceinline__ void kv_q8_write_head(const float *__restrict__ x, in
     if (lane == 0) *scale = hd.scale();
 }
 
-/* One head's row from a warp's registers: lane l holds values 4 (l + 32 c) .. + 3 in o[c] (as the per-head norms
- * hold them, cuda_norm.cu), dim % 4 == 0; into row (the head's first element of a position's row; q8: scale its
- * scale's slot). The bits are kv_write_row's: each value rounded alone, q8 by the same rule. */
+/* Head h of a position's row (kv_row) from a warp's registers: lane l holds values 4 (l + 32 c) .. + 3 in o[c] (as
+ * the per-head norms hold them, cuda_norm.cu), dim % 4 == 0. The bits are kv_write_row's: each value rounded alone,
+ * q8 by the same rule (the scale in the row's slot for head h). */
 template <typename T, int NQ>
-__device__ __forceinline__ void kv_write_head_quads(const float4 (&o)[NQ], int dim, T *row, float *scale) {
+__device__ __forceinline__ void kv_write_head_quads(const float4 (&o)[NQ], T *pos_row, int n_kv, int dim, int h) {
     const int lane = threadIdx.x & 31;
+    T *row = pos_row + (int64_t)h * dim;
     if constexpr (sizeof(T) == 1) {
         float amax = 0.0f;
         bool bad = false;
@@ -120,7 +126,7 @@ __device__ __forceinline__ void kv_write_head_quads(const float4 (&o)[NQ], int d
             if (d < dim)
                 *(char4 *)(row + d) = make_char4(hd.code(o[c].x), hd.code(o[c].y), hd.code(o[c].z), hd.code(o[c].w));
         }
-        if (lane == 0) *scale = hd.scale();
+        if (lane == 0) ((float *)(pos_row + (int64_t)n_kv * dim))[h] = hd.scale();
     } else {
 #pragma unroll
         for (int c = 0; c < NQ; c++) {

@@ -190,14 +190,14 @@ __global__ void __launch_bounds__(NORM_THREADS)
             cu_pdl_enter();
             const int64_t vi = kv - nkv;
             if (vi >= nkv) return; /* whole warps */
-            const int r = (int)(vi / n_kv), h = (int)(vi % n_kv);
-            const att_row rw = cu_tab_at<att_row>(rows, r);
-            T *row = (T *)rw.vc + rw.pos * kv_stride<T>(n_kv, dim);
+            const int h = (int)(vi % n_kv);
+            const att_row rw = cu_tab_at<att_row>(rows, (int)(vi / n_kv));
+            T *row = kv_row<T>(rw.vc, rw.pos, n_kv, dim);
 #pragma unroll
             for (int c = 0; c < NORM_WQ; c++)
                 if (4 * (lane + 32 * c) < dim) o[c] = norm_ld4(v + vi * dim + 4 * (lane + 32 * c));
-            kv_write_head_quads<T>(o, dim, row + (int64_t)h * dim, (float *)(row + (int64_t)n_kv * dim) + h);
-            if (h == 0) kv_q8_pad((T *)rw.kc + rw.pos * kv_stride<T>(n_kv, dim), row, n_kv, dim, lane, 32);
+            kv_write_head_quads(o, row, n_kv, dim, h);
+            if (h == 0) kv_q8_pad(kv_row<T>(rw.kc, rw.pos, n_kv, dim), row, n_kv, dim, lane, 32);
             return;
         }
     }
@@ -227,9 +227,7 @@ __global__ void __launch_bounds__(NORM_THREADS)
     if constexpr (KV) {
         if (!is_q) {
             const att_row rw = cu_tab_at<att_row>(rows, (int)(kv / n_kv));
-            const int h = (int)(kv % n_kv);
-            T *row = (T *)rw.kc + rw.pos * kv_stride<T>(n_kv, dim);
-            kv_write_head_quads<T>(o, dim, row + (int64_t)h * dim, (float *)(row + (int64_t)n_kv * dim) + h);
+            kv_write_head_quads(o, kv_row<T>(rw.kc, rw.pos, n_kv, dim), n_kv, dim, (int)(kv % n_kv));
         }
     }
 }
@@ -333,8 +331,7 @@ qstatus cuda_qk_norm_rope_kv(qbackend *be, const qqk_prep *qk, float *q, float *
     *done = n > 0 && dim % 4 == 0 && cu_aligned16(v) && (kv_fmt != QW_Q8 || dim % 16 == 0) &&
             qk_fused_ok(qk->qx, qk->qx_stride, qk->q_w, q, k, qk->k_w, n_vec, dim, qk->rot_dim);
     if (!*done) return Q_OK;
-    void (*kern)(const float *, int64_t, const float *, float *, float *, const float *, int, int, int, int, float, int,
-                 const int32_t *, const rope_freqs, const float *, const cu_tab) =
+    decltype(&qk_norm_rope_kernel<float, true>) kern =
         kv_fmt == QW_F32 ? qk_norm_rope_kernel<float, true>
         : kv_fmt == QW_BF16 ? qk_norm_rope_kernel<kv_bf16, true> : qk_norm_rope_kernel<kv_q8, true>;
     CU_TRY(cu_launch(kern, (unsigned)((n_vec + 7) / 8), NORM_THREADS, 0, cu_stream(be), qk->qx, qk->qx_stride, qk->q_w,
