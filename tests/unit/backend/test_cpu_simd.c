@@ -301,7 +301,10 @@ static void attention_case(qbackend *scalar, qbackend *simd, trng *r, qwfmt fmt,
                 for (int j = 0; j <= p; j++) sum += sc[j] = expf(sc[j] - m);
                 for (int j = 0; j <= p; j++) {
                     qkv_decode_head(fmt, cache[0][s][1] + j * rb, NKV, dim, h / group, vr);
-                    cpu_axpy(want + h * dim, sc[j] / (float)sum, vr, dim);
+                    /* cpu_axpy's sums written out: inlined here, its tail loop trips gcc's
+                     * -Waggressive-loop-optimizations in a Release build */
+                    const float w = sc[j] / (float)sum;
+                    for (int e = 0; e < dim; e++) want[h * dim + e] += w * vr[e];
                 }
             }
             for (int b = 0; b < 2; b++)
