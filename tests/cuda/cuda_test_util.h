@@ -108,6 +108,17 @@ static inline buf mk_cache(size_t rows, int n_kv, int dim, qwfmt fmt) {
 }
 static inline const char *kv_name(qwfmt fmt) { return fmt == QW_Q8 ? "q8 K/V" : fmt == QW_BF16 ? "bf16 K/V" : "f32 K/V"; }
 
+/* Whether the GPU buffers a and b hold the same bytes. */
+static inline int same_gpu(const void *a, const void *b, size_t bytes) {
+    void *x = malloc(bytes), *y = malloc(bytes);
+    OK(gpu->ops->download(gpu, x, a, bytes));
+    OK(gpu->ops->download(gpu, y, b, bytes));
+    const int same = memcmp(x, y, bytes) == 0;
+    free(x);
+    free(y);
+    return same;
+}
+
 /* Whether b holds the same bytes on both backends. */
 static inline void expect_same_buf(const char *name, buf b) {
     void *x = malloc(b.bytes), *y = malloc(b.bytes);

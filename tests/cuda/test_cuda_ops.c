@@ -214,17 +214,6 @@ static void test_qk_norm_rope(void) {
     rm(qx); rm(qw); rm(kw); rm(k); rm(pos); rm(q); rm(q2); rm(k2);
 }
 
-/* Whether a and b (GPU buffers) hold the same bytes. */
-static int same_gpu(const void *a, const void *b, size_t bytes) {
-    void *x = malloc(bytes), *y = malloc(bytes);
-    OK(gpu->ops->download(gpu, x, a, bytes));
-    OK(gpu->ops->download(gpu, y, b, bytes));
-    const int same = memcmp(x, y, bytes) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
 /* attention_gated with qk (the head norms and RoPE applied by the attention; the CUDA backend writes the K/V rows in
  * the same launch where every row is a decode row, in order) is bitwise qk_norm_rope then attention: q, k, out and
  * every byte of the caches (the positions written are poisoned first, so a byte left unwritten shows), with f32, bf16

@@ -145,13 +145,7 @@ static void test_flash_prefill(void) {
 /* Equal bits of the GPU buffers in pairs p[i][0], p[i][1]. */
 static int same_bufs(const buf (*p)[2], int n) {
     int same = 1;
-    for (int i = 0; i < n; i++) {
-        float *u = malloc(p[i][0].bytes), *v = malloc(p[i][0].bytes);
-        OK(gpu->ops->download(gpu, u, p[i][0].g, p[i][0].bytes));
-        OK(gpu->ops->download(gpu, v, p[i][1].g, p[i][0].bytes));
-        same &= memcmp(u, v, p[i][0].bytes) == 0;
-        free(u); free(v);
-    }
+    for (int i = 0; i < n; i++) same &= same_gpu(p[i][0].g, p[i][1].g, p[i][0].bytes);
     return same;
 }
 
