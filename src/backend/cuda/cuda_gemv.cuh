@@ -177,17 +177,52 @@ __device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const u
 #define GT_FULL_TURNS(Q) ((Q) == 0)
 #endif
 
+/* EF: the weights' codes, scales and biases load with an L2 evict_first policy. A step streams ~5 GB of weights
+ * through the 50-60 MB L2 once each (a many-row launch's row chunks read a block's weights together), so with the
+ * default policy they push out what the step reads again. The many-row launches take it where GT_W_EVICT is 1 (the
+ * default). Dequant mode, bf16 states, 16 / 64 streams: +3.6 / -0.7 % on the H200, +2.0 / +1.4 % on an H100; split
+ * mode 4 / 16 / 64 streams +0.3-0.6 % (H200). The one-row kernels keep the plain loads: one stream was within the
+ * noise either way (H100). Same values (docs/performance.md, sixty-second pass). */
+#ifndef GT_W_EVICT
+#define GT_W_EVICT 1
+#endif
+__device__ __forceinline__ uint64_t gt_evict_first() {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
+template <bool EF> __device__ __forceinline__ uint4 gt_ldw(const uint4 *p) {
+    if constexpr (EF) {
+        uint4 r;
+        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
+            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+            : "l"(p), "l"(gt_evict_first()));
+        return r;
+    } else {
+        return __ldg(p);
+    }
+}
+template <bool EF> __device__ __forceinline__ uint32_t gt_ldw(const uint32_t *p) {
+    if constexpr (EF) {
+        uint32_t r;
+        asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;\n" : "=r"(r) : "l"(p), "l"(gt_evict_first()));
+        return r;
+    } else {
+        return __ldg(p);
+    }
+}
+
 /* A warp's weights for one unit: rows og and og8 at q0 and q8 (each the lane's first byte of the unit;
  * rows are clamped into the matrix, the outputs of rows past n_out are computed and thrown away). 4-bit weights are
  * tiled (cuda_q4_tiled.cuh): the lane's 8 bytes of both rows are one 16-byte word at q0 (q8 unused). */
-template <int Q>
+template <int Q, bool EF = false>
 __device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const unsigned char *q0,
                                          const unsigned char *q8) {
     if constexpr (Q != 0) {
-        const uint4 a = __ldg((const uint4 *)q0);
+        const uint4 a = gt_ldw<EF>((const uint4 *)q0);
         w[0][0] = a.x, w[0][1] = a.y, w[1][0] = a.z, w[1][1] = a.w;
     } else {
-        const uint4 a = __ldg((const uint4 *)q0), c = __ldg((const uint4 *)q8);
+        const uint4 a = gt_ldw<EF>((const uint4 *)q0), c = gt_ldw<EF>((const uint4 *)q8);
         w[0][0] = a.x, w[0][1] = a.y, w[0][2] = a.z, w[0][3] = a.w;
         w[1][0] = c.x, w[1][1] = c.y, w[1][2] = c.z, w[1][3] = c.w;
     }
@@ -197,11 +232,11 @@ __device__ __forceinline__ void gt_wload(uint32_t (&w)[2][gt_cfg<Q>::WPU], const
  * ub + min(u + t, us - 1) of rows og and og8, as raw bits: sb[0] = {s(og), s(og8)}, sb[1] = {b(og), b(og8)} (low
  * half og's; s0 and b0 point at the pair of the rows' first group, cuda_q4_tiled.cuh). They become f32 where they
  * are used (after the shuffle to the quad), so no instruction waits for them here. */
-template <int Q>
+template <int Q, bool EF = false>
 __device__ __forceinline__ void gt_sload(uint32_t (&sb)[2], const unsigned short *s0, const unsigned short *b0, int ub,
                                          int u, int us, int t) {
     const int gi = (ub + min(u + t, us - 1)) * 64 / Q;
-    sb[0] = __ldg((const uint32_t *)(s0 + 16 * gi)), sb[1] = __ldg((const uint32_t *)(b0 + 16 * gi));
+    sb[0] = gt_ldw<EF>((const uint32_t *)(s0 + 16 * gi)), sb[1] = gt_ldw<EF>((const uint32_t *)(b0 + 16 * gi));
 }
 
 __device__ __forceinline__ float gt_bf16(uint32_t bits) { return __uint_as_float(bits << 16); }
@@ -291,7 +326,7 @@ __device__ __forceinline__ void gt_unit(const uint32_t (&w)[2][gt_cfg<Q>::WPU], 
  * refilled with the unit D later (and, at the end of a group of 4, the group's scales D units later).
  * q0, q8: the lane's weights of unit `base`; bx, xs: the staged fragments / X sums of unit `base`, so
  * every unit's address is a constant offset. FULL: all those units and refills exist (no checks). */
-template <int Q, int NT, int D, bool FULL, int RT = 4, bool DQ = false>
+template <int Q, int NT, int D, bool FULL, int RT = 4, bool DQ = false, bool EF = false>
 __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uint32_t (&sb)[D / 4][2],
                                         const unsigned char *q0, const unsigned char *q8, const uint4 *bx,
                                         const float *xs, int tx, int tX, int nt, int base, int us,
@@ -302,10 +337,10 @@ __device__ __forceinline__ void gt_turn(uint32_t (&w)[D][2][gt_cfg<Q>::WPU], uin
     for (int d = 0; d < D; d++) {
         if (!FULL && base + d >= us) break; /* uniform */
         gt_unit<Q, NT, RT, DQ>(w[d], sb[d / 4], (lane & ~3) | (d & 3), bx + d * C::SXU, xs + d * RT, tx, tX, nt, acc);
-        if (FULL || base + d + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
+        if (FULL || base + d + D < us) gt_wload<Q, EF>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
         if constexpr (Q != 0)
             if ((d & 3) == 3 && (FULL || base + d + D - 3 < us))
-                gt_sload<Q>(sb[d / 4], s0, b0, ub, base + d + D - 3, us, lane & 3);
+                gt_sload<Q, EF>(sb[d / 4], s0, b0, ub, base + d + D - 3, us, lane & 3);
     }
 }
 
@@ -413,17 +448,17 @@ __device__ __forceinline__ gt_place<Q> gt_locate(const gt_job &job, int n, int r
 
 /* The ring's first D units (and their scales): issued before the block waits for x, so that their latency
  * overlaps the staging. */
-template <int Q, int D>
+template <int Q, int D, bool EF = false>
 __device__ __forceinline__ void gt_ring_start(const gt_place<Q> &P, uint32_t (&w)[D][2][gt_cfg<Q>::WPU],
                                               uint32_t (&sb)[D / 4][2], int t) {
     if (!P.wact) return;
 #pragma unroll
     for (int d = 0; d < D; d++)
-        if (d < P.us) gt_wload<Q>(w[d], P.p0 + d * gt_cfg<Q>::UB, P.p8 + d * gt_cfg<Q>::UB);
+        if (d < P.us) gt_wload<Q, EF>(w[d], P.p0 + d * gt_cfg<Q>::UB, P.p8 + d * gt_cfg<Q>::UB);
     if constexpr (Q != 0) {
 #pragma unroll
         for (int q = 0; q < D / 4; q++)
-            if (4 * q < P.us) gt_sload<Q>(sb[q], P.s0, P.bb0, P.ub, 4 * q, P.us, t);
+            if (4 * q < P.us) gt_sload<Q, EF>(sb[q], P.s0, P.bb0, P.ub, 4 * q, P.us, t);
     }
 }
 
@@ -457,9 +492,10 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
     gt_place<Q> P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb, cl);
     const int nt = min(NT, (n - P.row0 + 3) / 4), us = P.us;
 
+    constexpr bool EF = PRE && GT_W_EVICT; /* x split: a many-row launch */
     uint32_t w[D][2][C::WPU];
     uint32_t sb[D / 4][2];
-    gt_ring_start<Q, D>(P, w, sb, t);
+    gt_ring_start<Q, D, EF>(P, w, sb, t);
     /* Before the wait, the norm weights this block's staging will read go to L1 (they depend on no op), so that
      * staging has one L2 round trip after the wait, not two (x and the norm's sums, then the weights). Thread i
      * takes unit i / 4 of the slice, lane i % 4. One stream, 4-bit 9B: 424.2-425.0 -> 429.0-429.5 tokens/s
@@ -519,13 +555,13 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
             const int tx = us * C::SXU, tX = us * 4;
             int base = 0;
             for (; GT_FULL_TURNS(Q) && base + 2 * D <= us; base += D)
-                gt_turn<Q, NT, D, true, 4, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
-                                        sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0,
-                                        P.bb0, P.ub, lane, acc);
+                gt_turn<Q, NT, D, true, 4, DQ, EF>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                                                   sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us,
+                                                   P.s0, P.bb0, P.ub, lane, acc);
             for (; base < us; base += D)
-                gt_turn<Q, NT, D, false, 4, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
-                                         sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us, P.s0,
-                                         P.bb0, P.ub, lane, acc);
+                gt_turn<Q, NT, D, false, 4, DQ, EF>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                                                    sx + base * C::SXU + lane, sX + base * 4 + t, tx, tX, nt, base, us,
+                                                    P.s0, P.bb0, P.ub, lane, acc);
         }
         trace.mark(2);
         if constexpr (!LOOP) {
@@ -543,7 +579,7 @@ __device__ __forceinline__ void gt_block(const float *__restrict__ x, int n, con
         if (more) {
             vb += G;
             P = gt_locate<Q>(job, n, 4 * NT, lane, warp, vb);
-            gt_ring_start<Q, D>(P, w, sb, t);
+            gt_ring_start<Q, D, EF>(P, w, sb, t);
         }
         gt_finish<Q, NT, Q != 0, 4, DQ>(acc, n, P.W, P.y, P.part, P.tick, P.S, P.s, 0, nt, ob, o0, wact, lane, bx, &last,
                                  job.ss);

@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
 
     uint32_t w[D][2][C::WPU];
     uint32_t sb[D / 4][2];
-    gt_ring_start<Q, D>(P, w, sb, t);
+    gt_ring_start<Q, D, GT_W_EVICT>(P, w, sb, t);
     cu_pdl_enter(); /* x, the partials and the tickets are the previous ops' */
     const uint4 *xs = gdq_src(job.xs + ((int64_t)(P.row0 / 8) * P.U + P.ub) * C::SXU); /* tile 0's first unit */
     const int64_t ts = (int64_t)P.U * C::SXU;
@@ -301,9 +301,9 @@ __global__ void __launch_bounds__(GT_THREADS, 2) gemv_dq_kernel(int n, const __g
             if (d >= here) break; /* uniform */
             wg_wait<1>();
             gt_dq_frags<C::WPU>(w[d], sb[d / 4], (lane & ~3) | (d & 3), a[d & 1]);
-            if (ubase + d + D < us) gt_wload<Q>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
+            if (ubase + d + D < us) gt_wload<Q, GT_W_EVICT>(w[d], q0 + (d + D) * C::UB, q8 + (d + D) * C::UB);
             if ((d & 3) == 3 && ubase + d + D - 3 < us)
-                gt_sload<Q>(sb[d / 4], P.s0, P.bb0, P.ub, ubase + d + D - 3, us, t);
+                gt_sload<Q, GT_W_EVICT>(sb[d / 4], P.s0, P.bb0, P.ub, ubase + d + D - 3, us, t);
             const uint32_t bu = st + d * G::UNIT_BYTES;
             wg_fence();
 #pragma unroll

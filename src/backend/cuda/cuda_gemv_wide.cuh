@@ -101,9 +101,9 @@ __device__ __forceinline__ void gw_turn(int c, const gt_place<Q> &P, uint32_t (&
     extern __shared__ uint4 gt_smem[];
     const uint4 *st = gt_smem + (c % G::STAGES) * G::STAGE_U4;
     const int base = c * D;
-    gt_turn<Q, NT, D, FULL, RT, DQ>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB, st + lane,
-                                (const float *)(st + G::FRAG_U4) + (lane & 3) * (RT / 4), D * C::SXU, D * RT, NT, base,
-                                P.us, P.s0, P.bb0, P.ub, lane, acc);
+    gt_turn<Q, NT, D, FULL, RT, DQ, GT_W_EVICT>(w, sb, P.p0 + (int64_t)base * C::UB, P.p8 + (int64_t)base * C::UB,
+                                                st + lane, (const float *)(st + G::FRAG_U4) + (lane & 3) * (RT / 4),
+                                                D * C::SXU, D * RT, NT, base, P.us, P.s0, P.bb0, P.ub, lane, acc);
 }
 
 template <int Q, int NT, int RT, bool DQ = false>
@@ -121,7 +121,7 @@ __global__ void __launch_bounds__(GT_THREADS, gw_cfg<Q, NT, RT>::MIN_BLOCKS)
 
     uint32_t w[D][2][C::WPU];
     uint32_t sb[D / 4][2];
-    gt_ring_start<Q, D>(P, w, sb, t);
+    gt_ring_start<Q, D, GT_W_EVICT>(P, w, sb, t);
     cu_pdl_enter(); /* x, the partials and the tickets are the previous ops' */
     const int64_t first = (int64_t)(P.row0 / RT) * P.U + P.ub; /* tile 0's first unit in the split rows */
     const uint4 *xs = job.xs + first * C::SXU;
