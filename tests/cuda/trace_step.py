@@ -2,7 +2,7 @@
 """tests/cuda/trace_step.py: lays out the one-row decode matmul launches of a traced `quill bench` in time and says
 where each decode step's time goes between and inside them (docs/performance.md, fifty-fifth pass).
 
-usage: trace_step.py TRACE [--skip N]
+usage: trace_step.py TRACE [--skip N] [--ghz F]
 
 TRACE is the file a GT_TRACE build writes (QUILL_CUDA_TRACE; cuda_gemv_trace.cuh has the record). Steps are cut at the
 lm_head's launch (the weight with the most outputs, the last matmul of a step); the first N steps (default 2, the
@@ -15,7 +15,8 @@ bench's warm-up) and any cut short are dropped. For each launch, in step order a
   tail    -> the last block of the launch is done (E(i))
   lead    how long before E(i-1) the launch's first block started (its ring's loads go out then)
   TB/s    the launch's weight bytes (codes, scales, biases) over the median staged mark -> E(i)
-The marks' cycles become ns at the SM clock the records give (cycles over globaltimer ns, the median block).
+The marks' cycles become ns at the SM clock the records give (cycles over globaltimer ns, the median block), or at
+--ghz F where the last mark is not the block's end (a build whose marks were moved inside staging).
 """
 import struct
 import sys
@@ -75,7 +76,12 @@ def main():
         i = args.index('--skip')
         skip = int(args[i + 1])
         del args[i:i + 2]
-    if len(args) != 1:
+    ghz_given = None
+    if '--ghz' in args:
+        i = args.index('--ghz')
+        ghz_given = float(args[i + 1])
+        del args[i:i + 2]
+    if len(args) != 1 or (ghz_given is not None and ghz_given <= 0):
         sys.exit(__doc__)
     r = load(args[0])
     if len(r) == 0:
@@ -85,8 +91,10 @@ def main():
     ghz = float(np.median(r['c'][long_, 3] / span[long_])) if long_.any() else 1.0
     g0s = np.unique(r['g0'])
     res = int(np.min(np.diff(g0s))) if len(g0s) > 1 else 0
-    print(f"{len(r)} block records; SM clock {ghz:.3f} GHz (cycles over globaltimer ns); "
-          f"globaltimer's finest step seen {res} ns")
+    print(f"{len(r)} block records; SM clock {ghz:.3f} GHz (cycles over globaltimer ns)"
+          + (f", {ghz_given:.3f} GHz as given" if ghz_given else "")
+          + f"; globaltimer's finest step seen {res} ns")
+    ghz = ghz_given or ghz
 
     L = launches(r)
     head_n = int(r['n_out'].max())
