@@ -178,8 +178,8 @@ __device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const u
 #endif
 
 /* EF: the weights' codes, scales and biases load with an L2 evict_first policy. A step streams ~5 GB of weights
- * through the 50-60 MB L2 once each (a many-row launch's row chunks read a block's weights together), so with the
- * default policy they push out what the step reads again. The many-row launches take it where GT_W_EVICT is 1 (the
+ * through the 50-60 MB L2, each read once (the row chunks of a many-row launch that share them run together), so with
+ * the default policy they push out what the step reads again. The many-row launches take it where GT_W_EVICT is 1 (the
  * default). Dequant mode, bf16 states, 16 / 64 streams: +3.6 / -0.7 % on the H200, +2.0 / +1.4 % on an H100; split
  * mode 4 / 16 / 64 streams +0.3-0.6 % (H200). The one-row kernels keep the plain loads: one stream was within the
  * noise either way (H100). Same values (docs/performance.md, sixty-second pass). */
