@@ -7,41 +7,25 @@
  *   l2         another kernel of the same size (that one's code displaces this one's in the SMs' caches)
  *   stream     a read of MiB of a buffer with plain loads (this kernel's code leaves L2)
  *   stream_ef  the same read with an L2 evict_first policy (createpolicy + ld.global.nc.L2::cache_hint), as the
- *              many-row matmuls load their weights (GT_W_EVICT)
+ *              many-row matmuls load their weights (cu_ld_evict_first, GT_W_EVICT)
  *   l2 + ...   the other kernel, then the read: the code in neither
  * and prints the median block's cycles for each, the median of reps runs. The FFMAs take immediates unique to each
  * (size, variant), so no two kernels share code.
  * usage: bench_icache [MiB to stream (default 512)] [reps (default 9)]
- * build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a tests/cuda/bench_icache.cu -o bench_icache */
+ * build: nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Isrc tests/cuda/bench_icache.cu -o bench_icache */
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <algorithm>
 #include <vector>
 
-#define CK(x)                                                                                                      \
-    do {                                                                                                           \
-        cudaError_t e_ = (x);                                                                                      \
-        if (e_ != cudaSuccess) {                                                                                   \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));                    \
-            exit(1);                                                                                               \
-        }                                                                                                          \
-    } while (0)
-
-__device__ __forceinline__ uint4 ld_evict_first(const uint4 *p) {
-    uint64_t pol;
-    uint4 r;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    asm volatile("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
-                 : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(p), "l"(pol));
-    return r;
-}
+#include "backend/cuda/cuda_common.cuh" /* cu_ld_evict_first */
+#include "bench_check.h"
 
 template <bool EF> __global__ void stream_kernel(const uint4 *buf, size_t n, unsigned *sink) {
     unsigned acc = 0;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const uint4 v = EF ? ld_evict_first(buf + i) : __ldg(buf + i);
+        const uint4 v = EF ? cu_ld_evict_first(buf + i) : __ldg(buf + i);
         acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
     if (acc == 0x9e3779b9u) sink[0] = acc; /* keeps the loads */

@@ -291,6 +291,26 @@ __device__ __forceinline__ unsigned cu_ticket_arrive(unsigned *t) {
     return prev;
 }
 
+/* Read-only loads through the non-coherent path with an L2 evict_first policy: for data a kernel reads once that
+ * should not push out of L2 what others read again (the many-row matmuls' weights, GT_W_EVICT). */
+__device__ __forceinline__ uint64_t cu_l2_evict_first(void) {
+    uint64_t pol;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+    return pol;
+}
+__device__ __forceinline__ uint4 cu_ld_evict_first(const uint4 *p) {
+    uint4 r;
+    asm("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p), "l"(cu_l2_evict_first()));
+    return r;
+}
+__device__ __forceinline__ uint32_t cu_ld_evict_first(const uint32_t *p) {
+    uint32_t r;
+    asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;\n" : "=r"(r) : "l"(p), "l"(cu_l2_evict_first()));
+    return r;
+}
+
 /* Thread block clusters (sm_90): the barrier of every thread of the cluster after which what each block wrote to its
  * shared memory is visible to the others' reads (cu_cluster_sync), the barrier that only keeps every block's shared
  * memory until the others are done reading it (cu_cluster_sync_relaxed: their reads' values are used before they

@@ -177,39 +177,20 @@ __device__ __forceinline__ void gt_dq_frags(const uint32_t (&w)[2][WPU], const u
 #define GT_FULL_TURNS(Q) ((Q) == 0)
 #endif
 
-/* EF: the weights' codes, scales and biases load with an L2 evict_first policy. A step streams ~5 GB of weights
- * through the 50-60 MB L2, each read once (the row chunks of a many-row launch that share them run together), so with
- * the default policy they push out what the step reads again. The many-row launches take it where GT_W_EVICT is 1 (the
- * default). Dequant mode, bf16 states, 16 / 64 streams: +3.6 / -0.7 % on the H200, +2.0 / +1.4 % on an H100; split
- * mode 4 / 16 / 64 streams +0.3-0.6 % (H200). The one-row kernels keep the plain loads: one stream was within the
- * noise either way (H100). Same values (docs/performance.md, sixty-second pass). */
+/* EF: the weights' codes, scales and biases load with an L2 evict_first policy (cu_ld_evict_first). A step streams
+ * ~5 GB of weights through the 50-60 MB L2, each read once (the row chunks of a many-row launch that share them run
+ * together), so with the default policy they push out what the step reads again. The many-row launches take it where
+ * GT_W_EVICT is 1 (the default). Dequant mode, bf16 states, 16 / 64 streams: +3.6 / -0.7 % on the H200, +2.0 / +1.4 %
+ * on an H100; split mode 4 / 16 / 64 streams +0.3-0.6 % (H200). The one-row kernels keep the plain loads: one stream
+ * was within the noise either way (H100). Same values (docs/performance.md, sixty-second pass). */
 #ifndef GT_W_EVICT
 #define GT_W_EVICT 1
 #endif
-__device__ __forceinline__ uint64_t gt_evict_first() {
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    return pol;
-}
 template <bool EF> __device__ __forceinline__ uint4 gt_ldw(const uint4 *p) {
-    if constexpr (EF) {
-        uint4 r;
-        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;\n"
-            : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-            : "l"(p), "l"(gt_evict_first()));
-        return r;
-    } else {
-        return __ldg(p);
-    }
+    return EF ? cu_ld_evict_first(p) : __ldg(p);
 }
 template <bool EF> __device__ __forceinline__ uint32_t gt_ldw(const uint32_t *p) {
-    if constexpr (EF) {
-        uint32_t r;
-        asm("ld.global.nc.L2::cache_hint.u32 %0, [%1], %2;\n" : "=r"(r) : "l"(p), "l"(gt_evict_first()));
-        return r;
-    } else {
-        return __ldg(p);
-    }
+    return EF ? cu_ld_evict_first(p) : __ldg(p);
 }
 
 /* A warp's weights for one unit: rows og and og8 at q0 and q8 (each the lane's first byte of the unit;
