@@ -69,18 +69,20 @@ def launches(r):
     return out
 
 
+def pop_opt(args, name, conv, default):
+    """The value after option `name` in args, converted (both taken out of args), or default where it is absent."""
+    if name not in args:
+        return default
+    i = args.index(name)
+    value = conv(args[i + 1])
+    del args[i:i + 2]
+    return value
+
+
 def main():
     args = sys.argv[1:]
-    skip = 2
-    if '--skip' in args:
-        i = args.index('--skip')
-        skip = int(args[i + 1])
-        del args[i:i + 2]
-    ghz_given = None
-    if '--ghz' in args:
-        i = args.index('--ghz')
-        ghz_given = float(args[i + 1])
-        del args[i:i + 2]
+    skip = pop_opt(args, '--skip', int, 2)
+    ghz_given = pop_opt(args, '--ghz', float, None)
     if len(args) != 1 or (ghz_given is not None and ghz_given <= 0):
         sys.exit(__doc__)
     r = load(args[0])
