@@ -5,6 +5,7 @@
 #define QUILL_CUDA_TEST_UTIL_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,25 @@ static inline void die(const char *what) {
 }
 #define OK(x) do { if ((x) != Q_OK) die(#x); } while (0)
 
+/* Host memory for a test, or the test stops naming the size. */
+static inline void *xmalloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "FATAL out of host memory (%zu bytes)\n", bytes);
+        exit(1);
+    }
+    return p;
+}
+static inline void *xcalloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) {
+        fprintf(stderr, "FATAL %zu x %zu bytes of host memory\n", n, size);
+        exit(1);
+    }
+    void *p = xmalloc(n * size);
+    memset(p, 0, n * size);
+    return p;
+}
+
 /* A buffer mirrored on both backends. */
 typedef struct buf { size_t bytes; void *c, *g; } buf;
 
@@ -42,7 +62,7 @@ static inline buf mk(size_t bytes, const void *host) {
     return b;
 }
 static inline buf mk_rand(size_t n, float scale) {
-    float *h = malloc(n * sizeof *h);
+    float *h = xmalloc(n * sizeof *h);
     for (size_t i = 0; i < n; i++) h[i] = frand() * scale;
     buf b = mk(n * sizeof(float), h);
     free(h);
@@ -70,7 +90,7 @@ static inline double rel_err(const float *ref, const float *x, size_t n) {
 
 /* Compares the float contents of b on both backends. */
 static inline void expect_close(const char *name, buf b, double tol) {
-    float *x = malloc(b.bytes), *y = malloc(b.bytes);
+    float *x = xmalloc(b.bytes), *y = xmalloc(b.bytes);
     OK(cpu->ops->download(cpu, x, b.c, b.bytes));
     OK(gpu->ops->download(gpu, y, b.g, b.bytes));
     expect_err(name, rel_err(x, y, b.bytes / sizeof(float)), tol);
@@ -95,8 +115,8 @@ static inline void bf16_from(const float *f, uint16_t *o, size_t n) {
  * same random rows on both backends. */
 static inline buf mk_cache(size_t rows, int n_kv, int dim, qwfmt fmt) {
     const size_t width = (size_t)n_kv * dim, rb = (size_t)qkv_row_bytes(fmt, n_kv, dim);
-    float *f = malloc(width * sizeof *f);
-    unsigned char *c = malloc(rows * rb);
+    float *f = xmalloc(width * sizeof *f);
+    unsigned char *c = xmalloc(rows * rb);
     for (size_t r = 0; r < rows; r++) {
         for (size_t i = 0; i < width; i++) f[i] = frand();
         qkv_encode_row(fmt, f, n_kv, dim, c + r * rb);
@@ -110,7 +130,7 @@ static inline const char *kv_name(qwfmt fmt) { return fmt == QW_Q8 ? "q8 K/V" : 
 
 /* Whether the GPU buffers a and b hold the same bytes. */
 static inline int same_gpu(const void *a, const void *b, size_t bytes) {
-    void *x = malloc(bytes), *y = malloc(bytes);
+    void *x = xmalloc(bytes), *y = xmalloc(bytes);
     OK(gpu->ops->download(gpu, x, a, bytes));
     OK(gpu->ops->download(gpu, y, b, bytes));
     const int same = memcmp(x, y, bytes) == 0;
@@ -121,7 +141,7 @@ static inline int same_gpu(const void *a, const void *b, size_t bytes) {
 
 /* Whether b holds the same bytes on both backends. */
 static inline void expect_same_buf(const char *name, buf b) {
-    void *x = malloc(b.bytes), *y = malloc(b.bytes);
+    void *x = xmalloc(b.bytes), *y = xmalloc(b.bytes);
     OK(cpu->ops->download(cpu, x, b.c, b.bytes));
     OK(gpu->ops->download(gpu, y, b.g, b.bytes));
     expect_same(name, x, y, b.bytes);
@@ -137,17 +157,17 @@ static inline wpair mk_weight(qwfmt fmt, int64_t n_out, int64_t n_in, int bits, 
     size_t n = (size_t)(n_out * n_in);
     if (fmt == QW_F32) p.w = mk_rand(n, 0.1f);
     else if (fmt == QW_BF16) {
-        float *f = malloc(n * 4); uint16_t *h = malloc(n * 2);
+        float *f = xmalloc(n * 4); uint16_t *h = xmalloc(n * 2);
         for (size_t i = 0; i < n; i++) f[i] = frand() * 0.1f;
         bf16_from(f, h, n);
         p.w = mk(n * 2, h);
         free(f); free(h);
     } else {
         size_t words = (size_t)(n_out * n_in * bits / 32), ng = (size_t)(n_out * n_in / group);
-        uint32_t *h = malloc(words * 4);
+        uint32_t *h = xmalloc(words * 4);
         for (size_t i = 0; i < words; i++) { rng = rng * 1664525u + 1013904223u; h[i] = rng; }
         p.w = mk(words * 4, h);
-        float *sf = malloc(ng * 4), *bf = malloc(ng * 4); uint16_t *sh = malloc(ng * 2), *bh = malloc(ng * 2);
+        float *sf = xmalloc(ng * 4), *bf = xmalloc(ng * 4); uint16_t *sh = xmalloc(ng * 2), *bh = xmalloc(ng * 2);
         for (size_t i = 0; i < ng; i++) { sf[i] = 0.01f + 0.01f * frand(); bf[i] = -0.05f * (1 << bits) * sf[i]; }
         bf16_from(sf, sh, ng); bf16_from(bf, bh, ng);
         p.s = mk(ng * 2, sh); p.b = mk(ng * 2, bh);
@@ -180,7 +200,7 @@ static inline int decode_bf16_mode(void) {
 /* The bound of a tensor-core decode matmul against the CPU: f32-class, or bf16-class in decode bf16 mode. */
 static inline double decode_tol(void) { return decode_bf16_mode() ? 2e-2 : 1e-5; }
 static inline void poison_gpu(buf b) {
-    float *h = malloc(b.bytes);
+    float *h = xmalloc(b.bytes);
     for (size_t i = 0; i < b.bytes / 4; i++) h[i] = NAN;
     OK(gpu->ops->upload(gpu, b.g, h, b.bytes));
     free(h);

@@ -17,7 +17,7 @@ static void both_ids(const wpair *W, const void *sk, const buf *x, const buf *lg
 /* Row r of a bf16 weight as floats (host). */
 static void row_of(const wpair *W, int64_t r, float *out) {
     const int64_t K = W->g.n_in;
-    uint16_t *h = malloc((size_t)K * 2);
+    uint16_t *h = xmalloc((size_t)K * 2);
     OK(gpu->ops->download(gpu, h, (const uint16_t *)W->w.g + r * K, (size_t)K * 2));
     for (int64_t k = 0; k < K; k++) {
         const uint32_t u = (uint32_t)h[k] << 16;
@@ -39,7 +39,7 @@ static void test_random_rows(void) {
         expect_flag(name, sk != NULL && bytes >= (int64_t)V * K);
         buf lg = mk((size_t)V * 4, NULL), id = mk(4, NULL);
         int same = 1, decided = 0;
-        float *hx = malloc((size_t)K * 4);
+        float *hx = xmalloc((size_t)K * 4);
         for (int t = 0; t < 12 && sk; t++) {
             const float scale = t < 4 ? 1.0f : t < 8 ? 1e-3f : 40.0f;
             for (int k = 0; k < K; k++) hx[k] = frand() * scale * (t % 4 == 3 && k % 97 == 0 ? 30.0f : 1.0f);
@@ -65,8 +65,8 @@ static void test_random_rows(void) {
 static void test_ties(void) {
     const int V = 8000, K = 2048;
     wpair W = mk_weight(QW_BF16, V, K, 0, 0);
-    uint16_t *r = malloc((size_t)K * 2);
-    float *rf = malloc((size_t)K * 4);
+    uint16_t *r = xmalloc((size_t)K * 2);
+    float *rf = xmalloc((size_t)K * 4);
     /* positive and larger than the rest (|w| < 0.1), on the even values (the odd ones 0; row 3's the other way round,
      * so that neither row's x favours the other's rows) */
     for (int k = 0; k < K; k++) rf[k] = k % 2 ? 0.0f : 0.5f + 0.1f * frand();
@@ -85,7 +85,7 @@ static void test_ties(void) {
     int64_t bytes = 0;
     OK(gpu->ops->head_sketch_make(gpu, &W.g, &sk, &bytes));
     buf lg = mk((size_t)V * 4, NULL), id = mk(4, NULL);
-    float *hx = malloc((size_t)K * 4);
+    float *hx = xmalloc((size_t)K * 4);
     int32_t full[2], fast[2];
     const int64_t src[2] = {7, 3};
     for (int i = 0; i < 2 && sk; i++) {
@@ -104,7 +104,7 @@ static void test_ties(void) {
     OK(gpu->ops->download(gpu, &f, id.g, 4));
     expect_flag("head_argmax: a NaN in x gives -1", sk && f == -1);
     /* more candidates than it takes: 600 more copies of row 7, x row 7 */
-    uint16_t *r7 = malloc((size_t)K * 2);
+    uint16_t *r7 = xmalloc((size_t)K * 2);
     OK(gpu->ops->download(gpu, r7, (const uint16_t *)W.w.g + (int64_t)7 * K, (size_t)K * 2));
     for (int64_t i = 1000; i < 1600; i++) OK(gpu->ops->upload(gpu, (uint16_t *)W.w.g + i * K, r7, (size_t)K * 2));
     free(r7);

@@ -43,7 +43,11 @@ static void vm_ops(qbackend *gpu) {
     int64_t f0 = free_bytes();
     CHECK(gpu->ops->vm_map(gpu, base, 0, 2 * g) == Q_OK);
     size_t n = 2 * g / sizeof(float);
-    float *h = malloc(4 * g), *ones = NULL;
+    float *h = malloc(4 * g), *hv = malloc(2 * g), *ones = NULL;
+    if (!h || !hv) {
+        fprintf(stderr, "FATAL out of host memory\n");
+        exit(1);
+    }
     for (size_t i = 0; i < n; i++) h[i] = (float)(i % 1000);
     CHECK(gpu->ops->upload(gpu, base, h, 2 * g) == Q_OK);
     CHECK(gpu->ops->vm_map(gpu, base, 2 * g, 4 * g) == Q_OK);
@@ -51,7 +55,6 @@ static void vm_ops(qbackend *gpu) {
     printf("free %lld -> %lld after mapping %zu\n", (long long)f0, (long long)f1, 4 * g);
     CHECK(f0 - f1 >= (int64_t)(4 * g));
     CHECK(gpu->ops->alloc(gpu, 2 * g, (void **)&ones) == Q_OK);
-    float *hv = malloc(2 * g);
     for (size_t i = 0; i < n; i++) hv[i] = 1.0f;
     CHECK(gpu->ops->upload(gpu, ones, hv, 2 * g) == Q_OK);
     CHECK(gpu->ops->zero(gpu, (char *)base + 2 * g, 2 * g) == Q_OK);
@@ -139,6 +142,10 @@ int main(void) {
     }
     enum { N = 9000 };
     int32_t *prompt = malloc(N * sizeof *prompt);
+    if (!prompt) {
+        fprintf(stderr, "FATAL out of host memory\n");
+        return 1;
+    }
     unsigned s = 7;
     for (int i = 0; i < N; i++) {
         s = s * 1103515245u + 12345u;

@@ -80,7 +80,7 @@ static void test_matmul_decode(void) {
         const int n = 70, n_in = cases[k].n_in, n_out = cases[k].n_out;
         wpair W = mk_weight(cases[k].f, n_out, n_in, cases[k].bits, cases[k].group);
         buf x = mk_rand((size_t)n * n_in, 1.0f), y = mk((size_t)n * n_out * 4, NULL);
-        float *nan = malloc((size_t)n * n_out * 4);
+        float *nan = xmalloc((size_t)n * n_out * 4);
         memset(nan, 0xff, (size_t)n * n_out * 4);
         OK(gpu->ops->upload(gpu, y.g, nan, (size_t)n * n_out * 4));
         free(nan);
@@ -92,7 +92,7 @@ static void test_matmul_decode(void) {
         OK(gpu->ops->copy(gpu, (float *)x2.g + 45 * n_in, (float *)x.g + 45 * n_in, (size_t)n_in * 4));
         OK(gpu->ops->matmul(gpu, (float *)x.g + 45 * n_in, 1, &W.g, y1.g));
         OK(gpu->ops->matmul(gpu, x2.g, n, &W.g, y2.g));
-        float *a = malloc((size_t)n_out * 4), *b = malloc((size_t)n_out * 4), *c = malloc((size_t)n_out * 4);
+        float *a = xmalloc((size_t)n_out * 4), *b = xmalloc((size_t)n_out * 4), *c = xmalloc((size_t)n_out * 4);
         OK(gpu->ops->download(gpu, a, (float *)y.g + 45 * n_out, (size_t)n_out * 4));
         OK(gpu->ops->download(gpu, b, y1.g, (size_t)n_out * 4));
         OK(gpu->ops->download(gpu, c, (float *)y2.g + 45 * n_out, (size_t)n_out * 4));
@@ -179,7 +179,7 @@ static void test_matmul_multi(void) {
                            : gpu->ops->matmul_multi(gpu, x.g, ns[q], count, Wg, Yg));
                 for (int i = 0; i < count; i++) { /* row 0 of every call: the same bits (EXACT(batch), decode) */
                     const size_t row = (size_t)sets[k].n_out[i] * 4;
-                    float *r = malloc(row);
+                    float *r = xmalloc(row);
                     OK(gpu->ops->download(gpu, r, y[i].g, row));
                     if (q == 0) first[i] = r;
                     else first_same &= memcmp(first[i], r, row) == 0, free(r);
@@ -188,7 +188,7 @@ static void test_matmul_multi(void) {
                     OK(prefill ? gpu->ops->matmul_prefill(gpu, x.g, ns[q], Wg[i], y1[i].g)
                                : gpu->ops->matmul(gpu, x.g, ns[q], Wg[i], y1[i].g));
                     const size_t bytes = (size_t)ns[q] * sets[k].n_out[i] * 4;
-                    float *a = malloc(bytes), *b = malloc(bytes);
+                    float *a = xmalloc(bytes), *b = xmalloc(bytes);
                     OK(gpu->ops->download(gpu, a, y[i].g, bytes));
                     OK(gpu->ops->download(gpu, b, y1[i].g, bytes));
                     same &= memcmp(a, b, bytes) == 0;
@@ -236,7 +236,7 @@ static void test_matmul_prefill_gemm(void) {
         OK(gpu->ops->matmul_prefill(gpu, x.g, n, &W.g, y.g));
         snprintf(nm, sizeof nm, "prefill GEMM %s %dx%d, 300 rows", fn, n_out, n_in);
         expect_close(nm, y, tol);
-        float *full = malloc(yb), *part = malloc(yb);
+        float *full = xmalloc(yb), *part = xmalloc(yb);
         OK(gpu->ops->download(gpu, full, y.g, yb));
         /* EXACT(batch): m rows at offsets 0, inside, at the end */
         const int ms[] = {1, 7, 16, 37, 64, 129};
@@ -303,7 +303,7 @@ static void test_swiglu_matmul_prefill(void) {
             OK(gpu->ops->swiglu_matmul_prefill(gpu, gc, u, m, &W.g, y.g));
             OK(gpu->ops->swiglu(gpu, g, u, (int64_t)m * n_in, gc));
             OK(gpu->ops->matmul_prefill(gpu, gc, m, &W.g, y2.g));
-            float *a = malloc(yb), *b = malloc(yb);
+            float *a = xmalloc(yb), *b = xmalloc(yb);
             OK(gpu->ops->download(gpu, a, y.g, yb));
             OK(gpu->ops->download(gpu, b, y2.g, yb));
             same &= memcmp(a, b, yb) == 0;

@@ -66,7 +66,7 @@ static void test_glu_matmul(void) {
             else OK(gpu->ops->mul_sigmoid(gpu, x1.g, g.g, cases[k].stride, nv, cases[k].dim));
             OK(gpu->ops->matmul(gpu, x1.g, ns[q], &W.g, y1.g));
             const size_t bytes = (size_t)ns[q] * n_out * 4;
-            float *a = malloc(bytes), *b = malloc(bytes);
+            float *a = xmalloc(bytes), *b = xmalloc(bytes);
             OK(gpu->ops->download(gpu, a, y.g, bytes));
             OK(gpu->ops->download(gpu, b, y1.g, bytes));
             same &= memcmp(a, b, bytes) == 0;
@@ -129,11 +129,11 @@ static void test_residual_boundary(void) {
         /* the GPU: 37 rows, then 1 and 5 */
         const size_t y_bytes[3] = {(size_t)rows * cases[k].c_out[0] * 4, (size_t)rows * cases[k].c_out[1] * 4,
                                    count > 2 ? (size_t)rows * cases[k].c_out[2] * 4 : 0};
-        void *ref[5] = {malloc(x.bytes), malloc(ss.bytes), malloc(y_bytes[0]), malloc(y_bytes[1]),
-                        malloc(y_bytes[2] + 4)};
+        void *ref[5] = {xmalloc(x.bytes), xmalloc(ss.bytes), xmalloc(y_bytes[0]), xmalloc(y_bytes[1]),
+                        xmalloc(y_bytes[2] + 4)};
         size_t most = x.bytes;
         for (int i = 0; i < 3; i++) most = y_bytes[i] > most ? y_bytes[i] : most;
-        void *got = malloc(most);
+        void *got = xmalloc(most);
         int same = 1;
         for (int v = 4; v >= 0; v--) { /* all rows (the reference), all with the consumer's own split, 16, 5, 1 */
             const int q = v == 4 ? 3 : v;
@@ -157,7 +157,7 @@ static void test_residual_boundary(void) {
         expect_close(nm_, x, decode_tol());
         /* the sums of squares of the CPU's new rows, in double */
         double err = 0.0, top = 0.0;
-        float *xc = malloc(x.bytes);
+        float *xc = xmalloc(x.bytes);
         OK(cpu->ops->download(cpu, xc, x.c, x.bytes));
         for (int r = 0; r < rows; r++)
             for (int p = 0; p < parts; p++) {
@@ -203,7 +203,7 @@ static void test_qk_norm_rope(void) {
     OK(gpu->ops->rmsnorm(gpu, k2.g, D, kw.g, (int64_t)n * nkv, D, 1e-6f, k2.g, D));
     OK(gpu->ops->rope(gpu, q2.g, n, nq, D, rot, pos.g, 1e7f));
     OK(gpu->ops->rope(gpu, k2.g, n, nkv, D, rot, pos.g, 1e7f));
-    float *a = malloc(q.bytes), *b = malloc(q.bytes);
+    float *a = xmalloc(q.bytes), *b = xmalloc(q.bytes);
     OK(gpu->ops->download(gpu, a, q.g, q.bytes));
     OK(gpu->ops->download(gpu, b, q2.g, q.bytes));
     expect_same("qk_norm_rope q == rmsnorm + rope (gpu)", a, b, q.bytes);
@@ -300,14 +300,14 @@ static void test_add_rmsnorm_argmax(void) {
     expect_close("add_rmsnorm (norm)", y, 1e-5);
     OK(gpu->ops->add(gpu, x2.g, r.g, (int64_t)nv * dim));
     OK(gpu->ops->rmsnorm(gpu, x2.g, dim, w.g, nv, dim, 1e-6f, y2.g, dim));
-    float *a = malloc(y.bytes), *b = malloc(y.bytes);
+    float *a = xmalloc(y.bytes), *b = xmalloc(y.bytes);
     OK(gpu->ops->download(gpu, a, y.g, y.bytes));
     OK(gpu->ops->download(gpu, b, y2.g, y.bytes));
     expect_same("add_rmsnorm == add + rmsnorm (gpu)", a, b, y.bytes);
     free(a); free(b);
 
     const int rows = 5;
-    float *l = malloc((size_t)rows * V * sizeof *l);
+    float *l = xmalloc((size_t)rows * V * sizeof *l);
     for (size_t i = 0; i < (size_t)rows * V; i++) l[i] = frand();
     l[0 * V + 777] = 5.0f; l[0 * V + 40000] = 5.0f;     /* a tie: the first wins */
     l[1 * V + 0] = NAN;                                  /* NaN first: 0 */
@@ -332,7 +332,7 @@ static void test_add_rmsnorm_argmax(void) {
 static void test_draw(void) {
     enum { ROWS = 18 };
     const int V = 248320;
-    float *l = malloc((size_t)ROWS * V * sizeof *l);
+    float *l = xmalloc((size_t)ROWS * V * sizeof *l);
     for (size_t i = 0; i < (size_t)ROWS * V; i++) l[i] = 4.0f * frand();
     qdraw d[ROWS];
     for (int r = 0; r < ROWS; r++)

@@ -49,7 +49,7 @@ static void test_glu_pair(void) {
         const size_t per_row[3] = {(size_t)H * 4, (size_t)I * 4, (size_t)I * 4};
         void *a[3], *b[3], *r37[3];
         for (int j = 0; j < 3; j++)
-            a[j] = malloc(per_row[j] * rows), b[j] = malloc(per_row[j] * rows), r37[j] = malloc(per_row[j] * rows);
+            a[j] = xmalloc(per_row[j] * rows), b[j] = xmalloc(per_row[j] * rows), r37[j] = xmalloc(per_row[j] * rows);
         int same = 1;
         const int ns[5] = {37, 16, 64, 1, 5};
         for (int q = 0; q < 5; q++) {
@@ -112,7 +112,7 @@ static void test_gnorm_rows(void) {
     c.Wo = mk_weight(QW_AFFINE, c.H, (int64_t)c.ow, 4, 64);
     c.qkv = mk_rand((size_t)ROWS * W, 1.0f), c.z = mk_rand((size_t)ROWS * c.ow, 3.0f), c.nw = mk_rand(c.d.v_dim, 1.0f);
     c.beta = mk_rand((size_t)ROWS * Hv, 0.45f), c.g = mk_rand((size_t)ROWS * Hv, 0.5f);
-    float *h = malloc((size_t)ROWS * Hv * 4);
+    float *h = xmalloc((size_t)ROWS * Hv * 4);
     OK(gpu->ops->download(gpu, h, c.g.g, (size_t)ROWS * Hv * 4));
     for (int i = 0; i < ROWS * Hv; i++) h[i] = -fabsf(h[i]); /* a decay */
     OK(gpu->ops->upload(gpu, c.g.g, h, (size_t)ROWS * Hv * 4));
@@ -123,8 +123,8 @@ static void test_gnorm_rows(void) {
     c.out = mk((size_t)ROWS * c.ow * 4, NULL), c.junk = mk_rand((size_t)ROWS * c.ow, 5.0f);
     c.x0 = mk_rand((size_t)ROWS * c.H, 2.0f), c.x = mk(c.x0.bytes, NULL);
     c.ss = mk((size_t)ROWS * ((c.H + QNORM_PART - 1) / QNORM_PART) * 4, NULL);
-    float *sf = malloc(c.Sb);
-    uint16_t *sh = calloc(1, c.Sb);
+    float *sf = xmalloc(c.Sb);
+    uint16_t *sh = xcalloc(1, c.Sb);
     for (int s = 0; s < 64; s++) {
         c.S0[s] = mk_rand(c.Sb / 4, 0.1f), c.S[s] = mk(c.Sb, NULL);
         OK(gpu->ops->download(gpu, sf, c.S0[s].g, c.Sb));
@@ -134,7 +134,7 @@ static void test_gnorm_rows(void) {
     free(sf), free(sh);
     const size_t per[3] = {(size_t)c.H * 4, c.ow * 4, c.Sb};
     void *a[3], *b[3];
-    for (int j = 0; j < 3; j++) a[j] = malloc(per[j] * 64), b[j] = malloc(per[j] * 64);
+    for (int j = 0; j < 3; j++) a[j] = xmalloc(per[j] * 64), b[j] = xmalloc(per[j] * 64);
     const struct { int ns, len, bf16; } cases[] = {{37, 1, 0}, {16, 1, 0}, {16, 1, 1},
                                                    {64, 1, 1}, {37, 1, 1}, {6, 3, 1}};
     const int dequant = dequant_mode();
@@ -203,7 +203,7 @@ static void test_att_gate_rows(void) {
     for (int s = 0; s < 64; s++) c.kc[s] = mk_cache(CTX, AKV, AD, QW_BF16), c.vc[s] = mk_cache(CTX, AKV, AD, QW_BF16);
     const size_t per[2] = {(size_t)c.H * 4, qw * 4};
     void *a[2], *b[2];
-    for (int j = 0; j < 2; j++) a[j] = malloc(per[j] * ROWS), b[j] = malloc(per[j] * ROWS);
+    for (int j = 0; j < 2; j++) a[j] = xmalloc(per[j] * ROWS), b[j] = xmalloc(per[j] * ROWS);
     const struct { int ns, len, pos; } cases[] = {{37, 1, 300}, {16, 1, 300}, {64, 1, 500}, {6, 3, 260}, {16, 1, 40}};
     const int dequant = dequant_mode();
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

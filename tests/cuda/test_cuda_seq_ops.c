@@ -34,7 +34,7 @@ static void attention_case(qwfmt fmt) {
     expect_same_buf(name, vcA);
     /* EXACT(batch): seq B alone gives the same bits */
     size_t ob = (size_t)NB * nq * D * 4;
-    float *together = malloc(ob), *alone = malloc(ob);
+    float *together = xmalloc(ob), *alone = xmalloc(ob);
     OK(gpu->ops->download(gpu, together, (float *)out.g + (size_t)100 * nq * D, ob));
     qseq only_b = {100, NB, PB, 0};
     OK(gpu->ops->attention(gpu, q.g, k.g, v.g, &only_b, 1, &kc_g[1], &vc_g[1], fmt, nq, nkv, D, 1.0f / 16, out.g));
@@ -73,7 +73,7 @@ static void flash_case(int nq, int nkv, int D, int check_exact, qwfmt fmt) {
     const float scale = 1.0f / sqrtf((float)D);
     const size_t ob = (size_t)n * qw * sizeof(float);
     buf out = mk(ob, NULL);
-    float *poison = malloc(ob);
+    float *poison = xmalloc(ob);
     for (size_t i = 0; i < (size_t)n * qw; i++) poison[i] = NAN;
     OK(gpu->ops->upload(gpu, out.g, poison, ob));
     OK(cpu->ops->attention(cpu, q.c, k.c, v.c, seqs, NS, kc_c, vc_c, fmt, nq, nkv, D, scale, out.c));
@@ -83,7 +83,7 @@ static void flash_case(int nq, int nkv, int D, int check_exact, qwfmt fmt) {
     snprintf(name, sizeof name, "prompt attn %d/%d D %d (%s, %s)", nq, nkv, D, env == FLASH_SPLIT ? "split" : "bf16",
              kv_name(fmt));
     expect_close(name, out, env == FLASH_SPLIT ? 1e-5 : 2e-2);
-    float *ref = malloc(ob);
+    float *ref = xmalloc(ob);
     OK(gpu->ops->download(gpu, ref, out.g, ob));
     for (int mode = 0; mode < 2; mode++) { /* both precisions, directly on the filled caches */
         OK(gpu->ops->upload(gpu, out.g, poison, ob));
@@ -94,7 +94,7 @@ static void flash_case(int nq, int nkv, int D, int check_exact, qwfmt fmt) {
         expect_close(name, out, mode == FLASH_SPLIT ? 1e-5 : 2e-2);
     }
     if (check_exact) {
-        float *got = malloc(ob);
+        float *got = xmalloc(ob);
         /* EXACT(chunk): the 300-row seq (s = 4) cut into calls, each call writing its K/V first */
         const int cuts[3][3] = {{64, 300, 0}, {100, 300, 0}, {1, 171, 300}};
         const int s = 4;
@@ -151,8 +151,8 @@ static int same_bufs(const buf (*p)[2], int n) {
 
 /* A GDN state of n bf16 values, uniform in [-scale, scale) (dims.state_bf16). */
 static buf mk_state_bf16(size_t n, float scale) {
-    float *f = malloc(n * 4);
-    uint16_t *h = malloc(n * 2);
+    float *f = xmalloc(n * 4);
+    uint16_t *h = xmalloc(n * 2);
     for (size_t i = 0; i < n; i++) f[i] = scale * frand();
     bf16_from(f, h, n);
     buf b = mk(n * 2, h);
@@ -166,7 +166,7 @@ static void state_floats(qbackend *be, const void *p, size_t n, int bf16, float 
         OK(be->ops->download(be, out, p, n * 4));
         return;
     }
-    uint16_t *h = malloc(n * 2);
+    uint16_t *h = xmalloc(n * 2);
     OK(be->ops->download(be, h, p, n * 2));
     for (size_t i = 0; i < n; i++) {
         const uint32_t u = (uint32_t)h[i] << 16;
@@ -264,7 +264,7 @@ static void test_gdn(void) {
     expect_close("gated_delta chunked (cpu) vs gpu", o, cuda_flash_precision() == FLASH_SPLIT ? 1e-4 : 5e-3);
     /* EXACT(batch): seq B alone on the GPU, from the same starting state */
     size_t ob = (size_t)3 * d.n_v_heads * d.v_dim * 4;
-    float *S0 = malloc(Sn * 4), *r1 = malloc(ob), *r2 = malloc(ob);
+    float *S0 = xmalloc(Sn * 4), *r1 = xmalloc(ob), *r2 = xmalloc(ob);
     OK(gpu->ops->download(gpu, S0, SB.g, Sn * 4));
     OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, 2, Sg, d, o.g));
     OK(gpu->ops->download(gpu, r1, (float *)o.g + (size_t)87 * d.n_v_heads * d.v_dim, ob));
@@ -314,7 +314,7 @@ static void attention_many_case(int nq, int nkv, int D, qwfmt fmt) {
     snprintf(name, sizeof name, "decode attn %d seqs (staged) D %d, %s", NS, D, kv_name(fmt));
     expect_close(name, out, 1e-5);
     /* seq 61 (2 splits) and seq 3 (position 111: alone, its one split writes the output and no combine runs) */
-    float *together = malloc(qw * 4), *alone = malloc(qw * 4);
+    float *together = xmalloc(qw * 4), *alone = xmalloc(qw * 4);
     for (int c = 0; c < 2; c++) {
         const int t = c ? 3 : 61;
         OK(gpu->ops->attention(gpu, q.g, k.g, v.g, seqs, NS, kc_g, vc_g, fmt, nq, nkv, D, scale, out.g));
@@ -354,13 +354,13 @@ static void test_many_seqs(void) {
         seqs[s] = (qseq){s, 1, 5 + s, 0};
     }
     /* g must be <= 0 (a decay): the gates' output range */
-    float *gh = malloc((size_t)NS * Hv * 4);
+    float *gh = xmalloc((size_t)NS * Hv * 4);
     OK(cpu->ops->download(cpu, gh, g.c, (size_t)NS * Hv * 4));
     for (size_t i = 0; i < (size_t)NS * Hv; i++) gh[i] = -fabsf(gh[i]);
     OK(cpu->ops->upload(cpu, g.c, gh, (size_t)NS * Hv * 4));
     OK(gpu->ops->upload(gpu, g.g, gh, (size_t)NS * Hv * 4));
     free(gh);
-    float *S0 = malloc(Sn * 4);
+    float *S0 = xmalloc(Sn * 4);
     const int t = 97;
     OK(gpu->ops->download(gpu, S0, S[t].g, Sn * 4));
     OK(cpu->ops->conv1d_silu(cpu, x.c, seqs, NS, st_c, w.c, C, K, y.c));
@@ -371,7 +371,7 @@ static void test_many_seqs(void) {
     OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, seqs, NS, S_g, d, o.g));
     expect_close("gated_delta 130 seqs (staged)", o, 1e-4);
     expect_close("  gated_delta state of seq 129", S[NS - 1], 1e-4);
-    float *together = malloc(ow * 4), *alone = malloc(ow * 4);
+    float *together = xmalloc(ow * 4), *alone = xmalloc(ow * 4);
     OK(gpu->ops->download(gpu, together, (float *)o.g + (size_t)t * ow, ow * 4));
     OK(gpu->ops->upload(gpu, S[t].g, S0, Sn * 4));
     OK(gpu->ops->gated_delta(gpu, y.g, g.g, be.g, &seqs[t], 1, &S_g[t], d, o.g));
@@ -389,7 +389,7 @@ static int gdn_inputs(qgdn_dims d, int ns, const int *lens, const int *pos0s, co
     const int W = 2 * d.n_k_heads * d.k_dim + d.n_v_heads * d.v_dim, Hv = d.n_v_heads;
     int n = 0;
     for (int s = 0; s < ns; s++) { seqs[s] = (qseq){n, lens[s], pos0s[s], chk[s]}; n += lens[s]; }
-    float *hx = malloc((size_t)n * W * 4), *hg = malloc((size_t)n * Hv * 4), *hb = malloc((size_t)n * Hv * 4);
+    float *hx = xmalloc((size_t)n * W * 4), *hg = xmalloc((size_t)n * Hv * 4), *hb = xmalloc((size_t)n * Hv * 4);
     for (size_t i = 0; i < (size_t)n * W; i++) { float u = 3.0f * frand(); hx[i] = u / (1.0f + expf(-u)); }
     for (int i = 0; i < n * Hv; i++) { hg[i] = -0.5f * gmax * (frand() + 1.0f); hb[i] = 0.5f + 0.49f * frand(); }
     *x = mk((size_t)n * W * 4, hx), *g = mk((size_t)n * Hv * 4, hg), *be = mk((size_t)n * Hv * 4, hb);
@@ -412,16 +412,16 @@ static void gdn_chunked_case(qgdn_dims d, float gmax) {
     buf o = mk((size_t)n * no * 4, NULL), St[NS];
     float *S0[NS], *Sc[NS], *Sg[NS], *Sgpu[NS];
     for (int s = 0; s < NS; s++) {
-        S0[s] = malloc(Sn * 4);
+        S0[s] = xmalloc(Sn * 4);
         for (size_t i = 0; i < Sn; i++) S0[s][i] = 0.5f * frand();
         St[s] = mk(Sn * 4, S0[s]);
         Sc[s] = St[s].c; Sg[s] = St[s].g;
-        Sgpu[s] = malloc(Sn * 4);
+        Sgpu[s] = xmalloc(Sn * 4);
     }
     OK(cpu->ops->gated_delta(cpu, x.c, g.c, be.c, seqs, NS, Sc, d, o.c));
     OK(gpu->ops->gated_delta(gpu, x.g, g.g, be.g, seqs, NS, Sg, d, o.g));
-    float *oc = malloc((size_t)n * no * 4), *og = malloc((size_t)n * no * 4), *o2 = malloc((size_t)n * no * 4);
-    float *sc = malloc(Sn * 4), *s2 = malloc(Sn * 4);
+    float *oc = xmalloc((size_t)n * no * 4), *og = xmalloc((size_t)n * no * 4), *o2 = xmalloc((size_t)n * no * 4);
+    float *sc = xmalloc(Sn * 4), *s2 = xmalloc(Sn * 4);
     OK(cpu->ops->download(cpu, oc, o.c, (size_t)n * no * 4));
     OK(gpu->ops->download(gpu, og, o.g, (size_t)n * no * 4));
     double eo = rel_err(oc, og, (size_t)(n - lens[5]) * no); /* the chunked seqs: every row before the last seq */
@@ -498,7 +498,7 @@ static void test_gdn_bf16_state(void) {
     float *Sc[NS], *Sg[NS];
     for (int s = 0; s < NS; s++) {
         St[s] = mk_state_bf16(Sn, 0.5f);
-        S0[s] = malloc(Sn * 2);
+        S0[s] = xmalloc(Sn * 2);
         OK(gpu->ops->download(gpu, S0[s], St[s].g, Sn * 2));
         Sc[s] = St[s].c; Sg[s] = St[s].g;
     }
@@ -507,7 +507,7 @@ static void test_gdn_bf16_state(void) {
     /* split prefill mode's three tf32 products are f32-class; bf16 mode's one is ~5e-4 */
     const double tol = cuda_flash_precision() == FLASH_SPLIT ? 2e-3 : 1e-2;
     expect_close("gated_delta, bf16 states: 4 seqs, 2 chunked, out", o, tol);
-    float *sc = malloc(Sn * 4), *sg = malloc(Sn * 4);
+    float *sc = xmalloc(Sn * 4), *sg = xmalloc(Sn * 4);
     double es = 0;
     for (int s = 0; s < NS; s++) {
         state_floats(cpu, Sc[s], Sn, 1, sc);
@@ -517,11 +517,11 @@ static void test_gdn_bf16_state(void) {
     }
     expect_err("gated_delta, bf16 states: the states", es, 2 * tol);
     /* the whole call's bits, then the pieces from the same states */
-    float *whole = malloc((size_t)n * no * 4), *cut = malloc((size_t)n * no * 4);
+    float *whole = xmalloc((size_t)n * no * 4), *cut = xmalloc((size_t)n * no * 4);
     uint16_t *Sw[NS];
     OK(gpu->ops->download(gpu, whole, o.g, (size_t)n * no * 4));
     for (int s = 0; s < NS; s++) {
-        Sw[s] = malloc(Sn * 2);
+        Sw[s] = xmalloc(Sn * 2);
         OK(gpu->ops->download(gpu, Sw[s], Sg[s], Sn * 2));
         OK(gpu->ops->upload(gpu, Sg[s], S0[s], Sn * 2));
     }
@@ -544,7 +544,7 @@ static void test_gdn_bf16_state(void) {
     }
     OK(gpu->ops->download(gpu, cut, o.g, (size_t)n * no * 4));
     int same = memcmp(whole, cut, (size_t)n * no * 4) == 0;
-    uint16_t *s2 = malloc(Sn * 2);
+    uint16_t *s2 = xmalloc(Sn * 2);
     for (int s = 0; s < NS; s++) {
         OK(gpu->ops->download(gpu, s2, Sg[s], Sn * 2));
         same = same && memcmp(s2, Sw[s], Sn * 2) == 0;
