@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_device.h"
+#include "test_alloc.h"
 
 static qbackend *cpu, *gpu;
 static int n_fail, n_pass;
@@ -28,25 +29,6 @@ static inline void die(const char *what) {
     exit(1);
 }
 #define OK(x) do { if ((x) != Q_OK) die(#x); } while (0)
-
-/* Host memory for a test, or the test stops naming the size. */
-static inline void *xmalloc(size_t bytes) {
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "FATAL out of host memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-static inline void *xcalloc(size_t n, size_t size) {
-    if (size && n > SIZE_MAX / size) {
-        fprintf(stderr, "FATAL %zu x %zu bytes of host memory\n", n, size);
-        exit(1);
-    }
-    void *p = xmalloc(n * size);
-    memset(p, 0, n * size);
-    return p;
-}
 
 /* A buffer mirrored on both backends. */
 typedef struct buf { size_t bytes; void *c, *g; } buf;

@@ -18,6 +18,7 @@
 #include "engine/engine.h"
 #include "engine/kvmem.h"
 #include "util/hash.h"
+#include "test_alloc.h"
 
 static int n_fail;
 #define CHECK(cond)                                                         \
@@ -43,11 +44,7 @@ static void vm_ops(qbackend *gpu) {
     int64_t f0 = free_bytes();
     CHECK(gpu->ops->vm_map(gpu, base, 0, 2 * g) == Q_OK);
     size_t n = 2 * g / sizeof(float);
-    float *h = malloc(4 * g), *hv = malloc(2 * g), *ones = NULL;
-    if (!h || !hv) {
-        fprintf(stderr, "FATAL out of host memory\n");
-        exit(1);
-    }
+    float *h = xmalloc(4 * g), *hv = xmalloc(2 * g), *ones = NULL;
     for (size_t i = 0; i < n; i++) h[i] = (float)(i % 1000);
     CHECK(gpu->ops->upload(gpu, base, h, 2 * g) == Q_OK);
     CHECK(gpu->ops->vm_map(gpu, base, 2 * g, 4 * g) == Q_OK);
@@ -141,11 +138,7 @@ int main(void) {
         return 1;
     }
     enum { N = 9000 };
-    int32_t *prompt = malloc(N * sizeof *prompt);
-    if (!prompt) {
-        fprintf(stderr, "FATAL out of host memory\n");
-        return 1;
-    }
+    int32_t *prompt = xmalloc(N * sizeof *prompt);
     unsigned s = 7;
     for (int i = 0; i < N; i++) {
         s = s * 1103515245u + 12345u;
