@@ -17,6 +17,10 @@ bench's warm-up) and any cut short are dropped. For each launch, in step order a
   TB/s    the launch's weight bytes (codes, scales, biases) over the median staged mark -> E(i)
 The marks' cycles become ns at the SM clock the records give (cycles over globaltimer ns, the median block), or at
 --ghz F where the last mark is not the block's end (a build whose marks were moved inside staging).
+Records with n_out 0 are the fused conv + rule's blocks (cuda_gdn.cu): their launches are laid out between the matmul
+launch before them (GDN in) and the one after (out_proj), from GDN in's end E: each block's start, its wait passed,
+token 0's q and k staged, its dot products summed, the states' stores issued and its end (first, median and last
+block), then the next launch's first block start and its median block's wait passed.
 """
 import struct
 import sys
@@ -86,6 +90,7 @@ def main():
     if len(args) != 1 or (ghz_given is not None and ghz_given <= 0):
         sys.exit(__doc__)
     r = load(args[0])
+    rule, r = r[r['n_out'] == 0], r[r['n_out'] > 0]
     if len(r) == 0:
         sys.exit("trace_step.py: no records (was the build made with GT_TRACE=1, QUILL_CUDA_TRACE set?)")
     span = (r['g4'] - r['g0']).astype(np.float64)
@@ -177,6 +182,43 @@ def main():
         allc = sum(k[c] for c in cols)
         print(f"| {shape} | {int(k['n'])} | {k['gap']:.1f} | {k['stage']:.1f} | {k['loop']:.1f} | {k['finish']:.1f} "
               f"| {k['tail']:.1f} | {allc / k['n']:.2f} | {k['bytes'] / allc / 1e6:.2f} |")
+    if len(rule):
+        rule_table(rule, L, (float(steps[0][0]['g0'].min()), float(steps[-1][-1]['g4'].max())), ghz)
+
+
+RULE_MARKS = ['start', 'wait passed', "token 0's q and k staged", 'its dot products summed', "the states' stores issued",
+              'end']
+
+
+def rule_table(rule, L, kept, ghz):
+    """The conv + rule launches of the kept steps, each from the end E of the matmul launch before it (us)."""
+    starts = np.array([float(b['g0'].min()) for b in L])
+    got = defaultdict(list)
+    for rb in launches(rule):
+        t0 = float(rb['g0'].min())
+        i = int(np.searchsorted(starts, t0)) - 1  # the matmul launch that started last before this one
+        if not kept[0] <= t0 <= kept[1] or i < 0 or i + 1 >= len(L):
+            continue
+        E = float(L[i]['g4'].max())
+        g0 = rb['g0'].astype(np.float64)
+        at = [g0] + [g0 + rb['c'][:, k] / ghz for k in range(4)] + [rb['g4'].astype(np.float64)]
+        for name, t in zip(RULE_MARKS, at):
+            got[name].append((t.min() - E, np.median(t) - E, t.max() - E))
+        nx = L[i + 1]
+        got['next'].append((float(nx['g0'].min()) - E, float(np.median(nx['g0'] + nx['c'][:, 0] / ghz)) - E))
+    if not got:
+        return
+    n = len(got['next'])
+    print()
+    print(f"| the conv + rule ({n} launches; us from the end E of the matmul before it) | first block | median block "
+          "| last block |")
+    print("|---|---|---|---|")
+    for name in RULE_MARKS:
+        a = np.mean(np.array(got[name]), axis=0) / 1000.0
+        print(f"| {name} | {a[0]:.2f} | {a[1]:.2f} | {a[2]:.2f} |")
+    a = np.mean(np.array(got['next']), axis=0) / 1000.0
+    print(f"| the next matmul launch: its first block's start; its median block's wait passed | {a[0]:.2f} | {a[1]:.2f} "
+          "| |")
 
 
 if __name__ == '__main__':

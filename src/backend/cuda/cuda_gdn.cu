@@ -13,6 +13,7 @@
 
 #include "cuda_gdn_rows.cuh"
 #include "cuda_gdn_seqs.cuh"
+#include "cuda_gemv_trace.cuh"
 
 #define GDN_MAX_PER_LANE 8 /* dk <= 256 */
 
@@ -39,6 +40,9 @@ struct gdn_conv {
     const float *w;
     qgdn_gates gates;
     unsigned *tick;
+#if GT_TRACE
+    gt_trace_sink trace; /* tests/cuda/trace_step.sh: each block's marks (gated_delta_body) */
+#endif
 };
 
 /* One channel of the conv: the window of its last GDN_CONV_K - 1 inputs, oldest first, and its weights; step() is
@@ -89,6 +93,10 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
                                                  const float *__restrict__ beta, const cu_tab &seqs, const qgdn_dims &d,
                                                  float *__restrict__ out, const gdn_conv &cv, const gdn_rows &rw, int h,
                                                  int by, int z) {
+    /* GT_TRACE builds, CONV: thread 0's marks, cycles from the start: the wait passed, token 0's q and k staged, its
+     * dot products summed, the states' stores issued (cuda_gemv_trace.cuh; the record at the end) */
+    GT_TRACER(trace);
+    if constexpr (CONV) trace.start();
     /* the states' loads before the wait where the caller says the op before did not write them (d.states_settled) */
     const bool early = d.states_settled;
     if (!early) cu_pdl_enter();
@@ -152,6 +160,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     if constexpr (CONV) { /* the states and weights (before the wait where early) */
         wq.load(sd.conv, cv.w, width, cq), wk.load(sd.conv, cv.w, width, ck), wv.load(sd.conv, cv.w, width, cvj);
         if (early) cu_pdl_enter();
+        trace.mark(0);
     }
     for (int t = 0; t < n_rows; t++) {
         const float *row = qkv + (int64_t)(row0 + t) * width;
@@ -161,6 +170,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         else
             for (int i = threadIdx.x; i < d.k_dim; i += blockDim.x) sq[i] = qh[i], sk[i] = kh[i];
         __syncthreads();
+        if (CONV && t == 0) trace.mark(1);
         if (CONV && t == 0 && threadIdx.x == 0) /* every thread has used the q and k windows it read */
             ticket = cu_ticket_arrive(cv.tick + (int64_t)blockIdx.z * d.n_k_heads + hk);
         float qq = 0.0f, kk = 0.0f, kq = 0.0f; /* every warp: the same fixed-order sums */
@@ -220,6 +230,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
 #pragma unroll
         for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = dk[e], partq[warp][CP * lane + e] = dq[e];
         __syncthreads();
+        if (CONV && t == 0) trace.mark(2);
         float delta[CP], o[CP];
 #pragma unroll
         for (int e = 0; e < CP; e++) {
@@ -260,6 +271,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         }
     }
     if constexpr (CONV) {
+        trace.mark(3);
         if (warp == 0 && col) wv.store(sd.conv, width, cvj);
         if (threadIdx.x == 0) {
             writer = ticket == (unsigned)(d.n_v_heads / d.n_k_heads) * gridDim.y - 1; /* the last reader */
@@ -271,6 +283,10 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         }
         __syncthreads();
         if (writer) wq.store(sd.conv, width, cq), wk.store(sd.conv, width, ck);
+#if GT_TRACE /* key: the seq's state (a layer); n_out 0: a rule's record; K the head, S the column block */
+        trace.write_to(cv.trace, S, 0, h, by, blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z),
+                       gridDim.x * gridDim.y * gridDim.z);
+#endif
     }
 }
 
@@ -407,7 +423,10 @@ qstatus cuda_conv_gated_delta(qbackend *be, const float *x, const qseq *seqs, in
     Q_TRY(cu_gemv_scratch(be, 0, (size_t)n_seqs * (size_t)dims.n_k_heads, 0, &part, &tick, &pre));
     cu_tab d;
     Q_TRY(seq_table(be, seqs, n_seqs, S, &d, conv_state));
-    const gdn_conv cv = {conv_w, *gates, tick};
+    gdn_conv cv = {conv_w, *gates, tick};
+#if GT_TRACE
+    cv.trace = cu_gemv_trace_sink();
+#endif
     dim3 grid((unsigned)dims.n_v_heads, cu_blocks(dims.v_dim, 32), (unsigned)n_seqs);
     const auto kern = dims.state_bf16 ? gated_delta_kernel<true, true> : gated_delta_kernel<true, false>;
     CU_TRY(cu_launch(kern, grid, dims.k_dim, 0, cu_stream(be), x, (const float *)NULL,

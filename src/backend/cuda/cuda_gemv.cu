@@ -82,6 +82,12 @@ static void trace_open(void) {
         trace_dev = NULL;
     }
 }
+gt_trace_sink cu_gemv_trace_sink(void) {
+    trace_open();
+    gt_trace_sink s = {trace_dev, NULL, GT_TRACE_CAP};
+    if (trace_dev && cudaGetSymbolAddress((void **)&s.n, gt_trace_n) != cudaSuccess) s.buf = NULL;
+    return s;
+}
 static void trace_dump(cudaStream_t stream) {
     if (!trace_dev) return;
     const char *path = getenv("QUILL_CUDA_TRACE");
