@@ -19,8 +19,8 @@ The marks' cycles become ns at the SM clock the records give (cycles over global
 --ghz F where the last mark is not the block's end (a build whose marks were moved inside staging).
 Records with n_out 0 are the fused conv + rule's blocks (cuda_gdn.cu): their launches are laid out between the matmul
 launch before them (GDN in) and the one after (out_proj), from GDN in's end E: each block's start, its wait passed,
-token 0's q and k staged, its dot products summed, the states' stores issued and its end (first, median and last
-block), then the next launch's first block start and its median block's wait passed.
+token 0's q and k staged, its gates and v made, its dot products summed (past their barrier) and its end (first,
+median and last block), then the next launch's first block start and its median block's wait passed.
 """
 import struct
 import sys
@@ -186,7 +186,7 @@ def main():
         rule_table(rule, L, (float(steps[0][0]['g0'].min()), float(steps[-1][-1]['g4'].max())), ghz)
 
 
-RULE_MARKS = ['start', 'wait passed', "token 0's q and k staged", 'its dot products summed', "the states' stores issued",
+RULE_MARKS = ['start', 'wait passed', "token 0's q and k staged", 'its gates and v made', 'its dot products summed',
               'end']
 
 

@@ -94,7 +94,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
                                                  float *__restrict__ out, const gdn_conv &cv, const gdn_rows &rw, int h,
                                                  int by, int z) {
     /* GT_TRACE builds, CONV: thread 0's marks, cycles from the start: the wait passed, token 0's q and k staged, its
-     * dot products summed, the states' stores issued (cuda_gemv_trace.cuh; the record at the end) */
+     * gates and v made, its dot products summed (past their barrier); the record at the end (cuda_gemv_trace.cuh) */
     GT_TRACER(trace);
     if constexpr (CONV) trace.start();
     /* the states' loads before the wait where the caller says the op before did not write them (d.states_settled) */
@@ -195,6 +195,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
             decay = expf(-expf(q.A_log[h]) * sp), b = sigmoid_f(q.b[gi]);
             const float v = wv.step(row[cvj]);
             vj[0] = col ? v : 0.0f;
+            if (t == 0) trace.mark(2);
         } else {
             decay = expf(g[gi]), b = beta[gi];
 #pragma unroll
@@ -230,7 +231,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
 #pragma unroll
         for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = dk[e], partq[warp][CP * lane + e] = dq[e];
         __syncthreads();
-        if (CONV && t == 0) trace.mark(2);
+        if (CONV && t == 0) trace.mark(3);
         float delta[CP], o[CP];
 #pragma unroll
         for (int e = 0; e < CP; e++) {
@@ -271,7 +272,6 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         }
     }
     if constexpr (CONV) {
-        trace.mark(3);
         if (warp == 0 && col) wv.store(sd.conv, width, cvj);
         if (threadIdx.x == 0) {
             writer = ticket == (unsigned)(d.n_v_heads / d.n_k_heads) * gridDim.y - 1; /* the last reader */
