@@ -3,8 +3,8 @@
 # fifty-fifth pass): quill built with GT_TRACE=1 (cuda_gemv_trace.cuh: every one-row matmul block records when it
 # started, passed its wait, had x staged, left its loop and finished; the fused conv + rule's blocks their own marks,
 # sixty-seventh pass), `quill bench MODEL --backend cuda --prefill '' --contexts 0 --streams '' --steps 16` with
-# QUILL_CUDA_TRACE set, then tests/cuda/trace_step.py's tables. The traced
-# build's tokens/s is printed beside an untraced build's, so what the records cost shows. GPU machine only.
+# QUILL_CUDA_TRACE set, then tests/cuda/trace_step.py's tables. The traced build's tokens/s is printed beside an
+# untraced build's, so what the records cost shows. GPU machine only.
 # Usage: [MODEL=/tmp/m9q4] [BUILD=/tmp/trace] [PLAIN=build-cuda] bash tests/cuda/trace_step.sh  (PLAIN: an untraced
 # build's directory, built when it has no quill; MODEL made by quill synth --preset 9b and quantize --bits 4
 # --group-size 64 when missing). Leaves the records in $OUT/trace.bin (OUT defaults to /tmp).

@@ -70,13 +70,15 @@ struct cu_gemv {
  * tests/cuda/trace_step.sh: one backend at a time, failures reported and tracing dropped. */
 #define GT_TRACE_CAP (1u << 21)
 static gt_trace_rec *trace_dev;
+static unsigned *trace_n_dev; /* gt_trace_n's device address, for the other kernels' records (cu_gemv_trace_sink) */
 static void trace_open(void) {
     if (trace_dev || !getenv("QUILL_CUDA_TRACE")) return;
     const unsigned cap = GT_TRACE_CAP, zero = 0;
     if (cudaMalloc((void **)&trace_dev, (size_t)cap * sizeof *trace_dev) != cudaSuccess ||
         cudaMemcpyToSymbol(gt_trace_buf, &trace_dev, sizeof trace_dev) != cudaSuccess ||
         cudaMemcpyToSymbol(gt_trace_cap, &cap, sizeof cap) != cudaSuccess ||
-        cudaMemcpyToSymbol(gt_trace_n, &zero, sizeof zero) != cudaSuccess) {
+        cudaMemcpyToSymbol(gt_trace_n, &zero, sizeof zero) != cudaSuccess ||
+        cudaGetSymbolAddress((void **)&trace_n_dev, gt_trace_n) != cudaSuccess) {
         fprintf(stderr, "quill: matmul trace: %s; not tracing\n", cudaGetErrorString(cudaGetLastError()));
         cudaFree(trace_dev);
         trace_dev = NULL;
@@ -84,9 +86,7 @@ static void trace_open(void) {
 }
 gt_trace_sink cu_gemv_trace_sink(void) {
     trace_open();
-    gt_trace_sink s = {trace_dev, NULL, GT_TRACE_CAP};
-    if (trace_dev && cudaGetSymbolAddress((void **)&s.n, gt_trace_n) != cudaSuccess) s.buf = NULL;
-    return s;
+    return gt_trace_sink{trace_dev, trace_n_dev, GT_TRACE_CAP};
 }
 static void trace_dump(cudaStream_t stream) {
     if (!trace_dev) return;
