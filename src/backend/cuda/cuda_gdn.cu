@@ -157,7 +157,10 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     const int64_t cvj = 2LL * d.n_k_heads * d.k_dim + (int64_t)h * d.v_dim + (col ? j : 0);
     gdn_conv_ch wq, wk, wv;
     unsigned ticket = 0; /* CONV, thread 0: the readers of this k head's q and k states before this block */
-    if constexpr (CONV) { /* the states and weights (before the wait where early) */
+    float neg_ea = 0.0f, dt_bias = 0.0f; /* CONV: the head's gate weights, -exp(A_log) and dt_bias */
+    if constexpr (CONV) { /* the states and weights (before the wait where early; the gate weights always: no op
+                           * writes them, and the weight stream has likely pushed them out of L2 since the last step) */
+        neg_ea = -expf(cv.gates.A_log[h]), dt_bias = cv.gates.dt_bias[h];
         wq.load(sd.conv, cv.w, width, cq), wk.load(sd.conv, cv.w, width, ck), wv.load(sd.conv, cv.w, width, cvj);
         if (early) cu_pdl_enter();
         trace.mark(0);
@@ -165,6 +168,9 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     for (int t = 0; t < n_rows; t++) {
         const float *row = qkv + (int64_t)(row0 + t) * width;
         const float *qh = row + (int64_t)hk * d.k_dim, *kh = row + (int64_t)(d.n_k_heads + hk) * d.k_dim;
+        const int64_t gi = (int64_t)(row0 + t) * d.n_v_heads + h;
+        float a_in = 0.0f, b_in = 0.0f, v_in = 0.0f; /* CONV: the token's gate inputs and v input, loaded with q, k */
+        if constexpr (CONV) a_in = cv.gates.a[gi], b_in = cv.gates.b[gi], v_in = row[cvj];
         __syncthreads(); /* the previous token is done with sq, sk and part */
         if constexpr (CONV) sq[threadIdx.x] = wq.step(row[cq]), sk[threadIdx.x] = wk.step(row[ck]);
         else
@@ -186,14 +192,12 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         /* the warp's own 32 rows of q qn and k kn, made once (the same products every thread made for itself) */
         sqn[k0 + lane] = sq[k0 + lane] * qn, skn[k0 + lane] = sk[k0 + lane] * kn;
         __syncwarp();
-        const int64_t gi = (int64_t)(row0 + t) * d.n_v_heads + h;
         float decay, b, vj[CP];
         if constexpr (CONV) { /* gdn_gate_at's arithmetic; v through its conv (every lane: the window moves) */
-            const qgdn_gates &q = cv.gates;
-            const float u = q.a[gi] + q.dt_bias[h];
+            const float u = a_in + dt_bias;
             const float sp = u > 20.0f ? u : log1pf(expf(u));
-            decay = expf(-expf(q.A_log[h]) * sp), b = sigmoid_f(q.b[gi]);
-            const float v = wv.step(row[cvj]);
+            decay = expf(neg_ea * sp), b = sigmoid_f(b_in);
+            const float v = wv.step(v_in);
             vj[0] = col ? v : 0.0f;
             if (t == 0) trace.mark(2);
         } else {
