@@ -22,6 +22,7 @@ launch before them (GDN in) and the one after (out_proj), from GDN in's end E: e
 token 0's q and k staged, its gates and v made, its dot products summed (past their barrier) and its end (first,
 median and last block), then the next launch's first block start and its median block's wait passed.
 """
+import os
 import struct
 import sys
 from collections import defaultdict
@@ -188,6 +189,9 @@ def main():
 
 RULE_MARKS = ['start', 'wait passed', "token 0's q and k staged", 'its gates and v made', 'its dot products summed',
               'end']
+if os.environ.get('GDN_TRACE_END') == '1':  # the probe build's marks (cuda_gdn.cu GDN_TRACE_END)
+    RULE_MARKS = ['start', 'wait passed', 'its dot products summed', 'state and v window stores issued',
+                  "the ticket's value used", 'end']
 
 
 def rule_table(rule, L, kept, ghz):

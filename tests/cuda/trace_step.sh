@@ -7,7 +7,8 @@
 # untraced build's, so what the records cost shows. GPU machine only.
 # Usage: [MODEL=/tmp/m9q4] [BUILD=/tmp/trace] [PLAIN=build-cuda] bash tests/cuda/trace_step.sh  (PLAIN: an untraced
 # build's directory, built when it has no quill; MODEL made by quill synth --preset 9b and quantize --bits 4
-# --group-size 64 when missing). Leaves the records in $OUT/trace.bin (OUT defaults to /tmp).
+# --group-size 64 when missing; TRACE_FLAGS: more nvcc flags for the traced build, a probe's macro). Leaves the
+# records in $OUT/trace.bin (OUT defaults to /tmp).
 set -eu
 cd "$(dirname "$0")/../.."
 [ -d .debs ] && . tests/cuda/device_deps.sh
@@ -20,7 +21,7 @@ configure() { # dir, extra CUDA flags
   cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=Release -DQUILL_WERROR=OFF -DCMAKE_CUDA_ARCHITECTURES=90a \
     -DCMAKE_CUDA_FLAGS="$2" >"$1.cmake.log" 2>&1 || { tail -20 "$1.cmake.log"; exit 1; }
 }
-configure "$build" -DGT_TRACE=1
+configure "$build" "-DGT_TRACE=1 ${TRACE_FLAGS:-}"
 [ -x "$plain/quill" ] || configure "$plain" ""
 ( [ -x "$plain/quill" ] || cmake --build "$plain" -j "$jobs" --target quill >"$out/trace_plain.log" 2>&1 ) &
 plain_pid=$!

@@ -33,6 +33,9 @@ qstatus cuda_gdn_chunked(qbackend *be, const float *qkv, const float *g, const f
 /* conv_gated_delta's extras: the conv's weights [C][GDN_CONV_K], the gates' operands (their g and beta are not
  * written) and one ticket counter per (seq, k head) in the matmul's scratch (zero, and left zero). */
 #define GDN_CONV_K 4
+#ifndef GDN_TRACE_END /* a probe: GT_TRACE builds with 1 mark the rule's end instead (wait, dots, stores, ticket) */
+#define GDN_TRACE_END 0
+#endif
 #ifndef GDN_FUSE_SEQS
 #define GDN_FUSE_SEQS 4 /* more seqs take the two launches: the fused kernel's 128 registers cost the state streaming */
 #endif
@@ -176,7 +179,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
         else
             for (int i = threadIdx.x; i < d.k_dim; i += blockDim.x) sq[i] = qh[i], sk[i] = kh[i];
         __syncthreads();
-        if (CONV && t == 0) trace.mark(1);
+        if (CONV && t == 0 && !GDN_TRACE_END) trace.mark(1);
         if (CONV && t == 0 && threadIdx.x == 0) /* every thread has used the q and k windows it read */
             ticket = cu_ticket_arrive(cv.tick + (int64_t)blockIdx.z * d.n_k_heads + hk);
         float qq = 0.0f, kk = 0.0f, kq = 0.0f; /* every warp: the same fixed-order sums */
@@ -199,7 +202,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
             decay = expf(neg_ea * sp), b = sigmoid_f(b_in);
             const float v = wv.step(v_in);
             vj[0] = col ? v : 0.0f;
-            if (t == 0) trace.mark(2);
+            if (t == 0 && !GDN_TRACE_END) trace.mark(2);
         } else {
             decay = expf(g[gi]), b = beta[gi];
 #pragma unroll
@@ -235,7 +238,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
 #pragma unroll
         for (int e = 0; e < CP; e++) part[warp][CP * lane + e] = dk[e], partq[warp][CP * lane + e] = dq[e];
         __syncthreads();
-        if (CONV && t == 0) trace.mark(3);
+        if (CONV && t == 0) trace.mark(GDN_TRACE_END ? 1 : 3);
         float delta[CP], o[CP];
 #pragma unroll
         for (int e = 0; e < CP; e++) {
@@ -277,6 +280,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
     }
     if constexpr (CONV) {
         if (warp == 0 && col) wv.store(sd.conv, width, cvj);
+        if (GDN_TRACE_END) trace.mark(2);
         if (threadIdx.x == 0) {
             writer = ticket == (unsigned)(d.n_v_heads / d.n_k_heads) * gridDim.y - 1; /* the last reader */
             if (writer) {
@@ -284,6 +288,7 @@ __device__ __forceinline__ void gated_delta_body(const float *__restrict__ qkv, 
                 cv.tick[(int64_t)blockIdx.z * d.n_k_heads + hk] = 0; /* ready for the next call (recomputed: a pointer
                                                                       * kept across the loop spilled 16 bytes) */
             }
+            if (GDN_TRACE_END) trace.mark(3);
         }
         __syncthreads();
         if (writer) wq.store(sd.conv, width, cq), wk.store(sd.conv, width, ck);
