@@ -189,7 +189,7 @@ def main():
 
 RULE_MARKS = ['start', 'wait passed', "token 0's q and k staged", 'its gates and v made', 'its dot products summed',
               'end']
-if os.environ.get('GDN_TRACE_END') == '1':  # the probe build's marks (cuda_gdn.cu GDN_TRACE_END)
+if os.environ.get('GDN_TRACE_END') == '1':  # the probe build's marks (cuda_gdn.cu; trace_step.sh sets it)
     RULE_MARKS = ['start', 'wait passed', 'its dot products summed', 'state and v window stores issued',
                   "the ticket's value used", 'end']
 

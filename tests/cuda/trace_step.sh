@@ -22,6 +22,7 @@ configure() { # dir, extra CUDA flags
     -DCMAKE_CUDA_FLAGS="$2" >"$1.cmake.log" 2>&1 || { tail -20 "$1.cmake.log"; exit 1; }
 }
 configure "$build" "-DGT_TRACE=1 ${TRACE_FLAGS:-}"
+case "${TRACE_FLAGS:-}" in *-DGDN_TRACE_END=1*) export GDN_TRACE_END=1 ;; esac # trace_step.py names the rule's marks
 [ -x "$plain/quill" ] || configure "$plain" ""
 ( [ -x "$plain/quill" ] || cmake --build "$plain" -j "$jobs" --target quill >"$out/trace_plain.log" 2>&1 ) &
 plain_pid=$!
